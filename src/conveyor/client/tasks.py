@@ -1,0 +1,115 @@
+"""Tasks: named handlers of a queue, with typed enqueue calls.
+
+    tasks = Tasks("emails")
+
+    @tasks.task(max_failures=5)
+    async def send(data: dict[str, str]) -> str: ...
+
+    send.enqueue({"to": "a@example.com"}, delay=60)   # sync
+    await send.aenqueue({"to": "b@example.com"})      # asyncio
+
+A handler takes the job's data (any JSON value) and returns a JSON result;
+`conveyor worker module:tasks` runs them.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar, Unpack, overload
+
+from conveyor.client.aio import AsyncQueue
+from conveyor.client.core import EnqueueOptions, Enqueued, QueueSettings
+from conveyor.client.sync import Queue
+from conveyor.errors import ConfigurationError, UnknownOptionError
+from conveyor.options import ENQUEUE_OPTIONS, check_name, check_task_name
+
+D = TypeVar("D")
+R = TypeVar("R")
+Handler = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class Task(Generic[D, R]):
+    """A handler registered under a name, with its default enqueue options."""
+
+    name: str
+    fn: Callable[[D], R] | Callable[[D], Awaitable[R]]
+    tasks: Tasks
+    defaults: EnqueueOptions = field(default_factory=lambda: EnqueueOptions())
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
+
+    def enqueue(self, data: D, **options: Unpack[EnqueueOptions]) -> Enqueued:
+        return self.tasks.queue().enqueue(self.name, data, **{**self.defaults, **options})
+
+    async def aenqueue(self, data: D, **options: Unpack[EnqueueOptions]) -> Enqueued:
+        queue = self.tasks.async_queue()
+        return await queue.enqueue(self.name, data, **{**self.defaults, **options})
+
+
+class Tasks:
+    """The tasks of one queue, and the connection settings to reach it."""
+
+    def __init__(
+        self,
+        queue: str = "default",
+        *,
+        url: str | None = None,
+        settings: QueueSettings | None = None,
+    ) -> None:
+        self.queue_name = check_name(queue, "queue name")
+        self.url = url
+        self.settings = settings or QueueSettings()
+        self.handlers: dict[str, Task[Any, Any]] = {}
+        self._queue: Queue | None = None
+        self._async_queue: AsyncQueue | None = None
+
+    def __repr__(self) -> str:
+        return f"Tasks({self.queue_name!r}, {sorted(self.handlers)})"
+
+    @overload
+    def task(self, fn: Callable[[D], R], /) -> Task[D, R]: ...
+
+    @overload
+    def task(
+        self, *, name: str | None = None, **defaults: Unpack[EnqueueOptions]
+    ) -> Callable[[Callable[[D], R]], Task[D, R]]: ...
+
+    def task(
+        self,
+        fn: Callable[[D], R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        **defaults: Unpack[EnqueueOptions],
+    ) -> Task[D, R] | Callable[[Callable[[D], R]], Task[D, R]]:
+        """Register a handler (sync or async) under its name or `name`."""
+        unknown = set(defaults) - ENQUEUE_OPTIONS
+        if unknown:
+            raise UnknownOptionError(f"unknown task option(s): {sorted(unknown)}")
+
+        def register(handler: Callable[[D], R]) -> Task[D, R]:
+            task_name = check_task_name(name or handler.__name__)
+            if task_name in self.handlers:
+                raise ConfigurationError(f"task {task_name!r} is registered twice")
+            task: Task[D, R] = Task(task_name, handler, self, EnqueueOptions(**defaults))
+            self.handlers[task_name] = task
+            return task
+
+        return register(fn) if fn is not None else register
+
+    def queue(self) -> Queue:
+        """The sync producer client for this queue (created on first use)."""
+        if self._queue is None:
+            self._queue = Queue(self.queue_name, url=self.url, settings=self.settings)
+        return self._queue
+
+    def async_queue(self) -> AsyncQueue:
+        """The asyncio producer client for this queue (created on first use)."""
+        if self._async_queue is None:
+            self._async_queue = AsyncQueue(self.queue_name, url=self.url, settings=self.settings)
+        return self._async_queue

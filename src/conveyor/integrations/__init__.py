@@ -1,0 +1,1 @@
+"""Integrations built on the public API: CLI, dashboard, Spark, embedded Redis, metrics."""

@@ -1,0 +1,122 @@
+"""The typed job record, read back from a job's Redis hash."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from conveyor import serializers
+from conveyor.protocol.ops import text
+from conveyor.timeutil import from_ms
+
+
+class JobState(enum.StrEnum):
+    WAITING = "waiting"
+    DELAYED = "delayed"
+    ACTIVE = "active"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    BLOCKED = "blocked"
+    WAITING_CHILDREN = "waiting_children"
+
+
+FINISHED_STATES = frozenset({JobState.COMPLETED, JobState.FAILED})
+PENDING_STATES = frozenset({JobState.WAITING, JobState.DELAYED, JobState.BLOCKED})
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A snapshot of one job. Times are aware UTC datetimes; durations seconds."""
+
+    id: str
+    queue: str
+    state: JobState
+    task: str
+    data: Any
+    priority: int
+    attempts: int
+    failures: int
+    stalls: int
+    max_failures: int
+    max_stalls: int
+    min_backoff: float
+    max_backoff: float
+    timeout: float
+    result_ttl: float
+    progress: float | None
+    result: Any
+    error: str | None
+    worker: str | None
+    group: str | None
+    created_at: datetime | None
+    run_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+
+def _int(raw: Mapping[str, str], name: str) -> int:
+    try:
+        return int(raw.get(name, 0))
+    except ValueError:
+        return 0
+
+
+def _ms(raw: Mapping[str, str], name: str) -> int | None:
+    value = raw.get(name)
+    return None if value is None else int(value)
+
+
+def _state(value: str | None) -> JobState:
+    """A record with no valid state is corrupt: show it as failed."""
+    try:
+        return JobState(value)
+    except ValueError:
+        return JobState.FAILED
+
+
+def _json_or_text(value: str | None) -> Any:
+    if value is None:
+        return None
+    try:
+        return serializers.loads(value)
+    except ValueError:
+        return value
+
+
+def job_from_hash(queue: str, job_id: str, raw_hash: Mapping[Any, Any]) -> Job:
+    """Build a Job from HGETALL output (bytes or str keys and values)."""
+    raw = {text(k): text(v) for k, v in raw_hash.items()}
+    progress = raw.get("progress")
+    return Job(
+        id=job_id,
+        queue=queue,
+        state=_state(raw.get("state")),
+        task=raw.get("task", ""),
+        data=_json_or_text(raw.get("data")),
+        priority=_int(raw, "priority"),
+        attempts=_int(raw, "attempts"),
+        failures=_int(raw, "failures"),
+        stalls=_int(raw, "stalls"),
+        max_failures=_int(raw, "max_failures"),
+        max_stalls=_int(raw, "max_stalls"),
+        min_backoff=_int(raw, "min_backoff") / 1000,
+        max_backoff=_int(raw, "max_backoff") / 1000,
+        timeout=_int(raw, "timeout") / 1000,
+        result_ttl=_int(raw, "result_ttl") / 1000,
+        progress=None if progress is None else float(progress),
+        result=_json_or_text(raw.get("result")),
+        error=raw.get("error"),
+        worker=raw.get("worker"),
+        group=raw.get("group") or None,
+        created_at=from_ms(_ms(raw, "created_at")),
+        run_at=from_ms(_ms(raw, "run_at")),
+        started_at=from_ms(_ms(raw, "started_at")),
+        finished_at=from_ms(_ms(raw, "finished_at")),
+    )

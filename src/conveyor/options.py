@@ -1,0 +1,201 @@
+"""Job options: defaults, validation, and the encoded JobSpec the script takes.
+
+Everything is checked here, before any I/O, so bad input raises a typed
+error and leaves Redis untouched.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from conveyor import serializers
+from conveyor.errors import (
+    InvalidJobIdError,
+    InvalidNameError,
+    PayloadTooLargeError,
+    UnknownOptionError,
+    ValidationError,
+)
+from conveyor.protocol.keys import ID_PATTERN, NAME_PATTERN
+from conveyor.protocol.ops import JobSpec, UpsertRules
+from conveyor.timeutil import epoch_ms, to_ms
+
+MAX_PRIORITY = 2**21
+PRIORITIES = {"high": 0, "normal": 1_000, "low": 2_000}
+DEFAULT_MAX_PAYLOAD = 512 * 1024
+TASK_NAME_MAX = 200
+
+Seconds = float | int | timedelta
+RunAtRule = bool | Literal["if_later", "if_earlier"]
+_RUN_AT_RULES: dict[object, str] = {True: "1", False: "0", "if_later": "later", "if_earlier": "earlier"}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobDefaults:
+    """Per-queue defaults for the options a job does not set itself."""
+
+    priority: int = PRIORITIES["normal"]
+    max_failures: int = 3
+    max_stalls: int = 3
+    min_backoff: float = 1.0
+    max_backoff: float = 300.0
+    timeout: float = 300.0
+    result_ttl: float = 86_400.0
+
+
+ENQUEUE_OPTIONS = frozenset(
+    {
+        "id", "delay", "run_at", "priority", "max_failures", "max_stalls", "min_backoff",
+        "max_backoff", "timeout", "result_ttl", "lifo", "group", "update_data",
+        "update_run_at", "update_max_failures", "update_max_stalls", "update_min_backoff",
+        "update_max_backoff", "reset_counts",
+    }
+)  # fmt: skip
+
+
+def check_name(value: object, what: str) -> str:
+    if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
+        raise InvalidNameError(
+            f"invalid {what} {value!r}: use 1-128 of A-Z a-z 0-9 _ . - (starting alphanumeric)"
+        )
+    return value
+
+
+def check_task_name(value: object) -> str:
+    if (
+        not isinstance(value, str)
+        or not 0 < len(value) <= TASK_NAME_MAX
+        or not value.isprintable()
+    ):
+        raise InvalidNameError(f"invalid task name {value!r}: 1-{TASK_NAME_MAX} printable chars")
+    return value
+
+
+def check_job_id(value: object) -> str:
+    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
+        shown = value if not isinstance(value, str) or len(value) < 80 else value[:80] + "..."
+        raise InvalidJobIdError(
+            f"invalid job id {shown!r}: 1-256 printable ASCII characters, no spaces"
+        )
+    return value
+
+
+def new_job_id() -> str:
+    return os.urandom(12).hex()
+
+
+def _count(value: object, what: str, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValidationError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _seconds(value: object, what: str) -> int:
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValidationError(f"{what} must be a number of seconds >= 0, got {value!r}")
+    if value > 10 * 365 * 86_400:
+        raise ValidationError(f"{what} is more than ten years: {value!r}")
+    return to_ms(value)
+
+
+def check_priority(value: object) -> int:
+    if isinstance(value, str):
+        if value not in PRIORITIES:
+            raise ValidationError(f"priority name must be one of {sorted(PRIORITIES)}: {value!r}")
+        return PRIORITIES[value]
+    prio = _count(value, "priority")
+    if prio > MAX_PRIORITY:
+        raise ValidationError(f"priority must be at most 2**21, got {value!r}")
+    return prio
+
+
+def _run_at_ms(value: object) -> int:
+    if isinstance(value, datetime):
+        return epoch_ms(value)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValidationError(f"run_at must be an aware datetime or epoch seconds: {value!r}")
+    return epoch_ms(value)
+
+
+def _bool(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValidationError(f"{what} must be True or False, got {value!r}")
+    return value
+
+
+def _rules(opts: Mapping[str, Any]) -> UpsertRules:
+    update_data = _bool(opts.get("update_data", True), "update_data")
+    run_at_rule = opts.get("update_run_at", True)
+    if run_at_rule not in _RUN_AT_RULES or (
+        isinstance(run_at_rule, int) and not isinstance(run_at_rule, bool)
+    ):
+        raise ValidationError(
+            f"update_run_at must be True, False, 'if_later' or 'if_earlier': {run_at_rule!r}"
+        )
+    return UpsertRules(
+        data=update_data,
+        run_at=_RUN_AT_RULES[run_at_rule],
+        max_failures=_bool(opts.get("update_max_failures", False), "update_max_failures"),
+        max_stalls=_bool(opts.get("update_max_stalls", False), "update_max_stalls"),
+        min_backoff=_bool(opts.get("update_min_backoff", False), "update_min_backoff"),
+        max_backoff=_bool(opts.get("update_max_backoff", False), "update_max_backoff"),
+        reset_counts=_bool(opts.get("reset_counts", update_data), "reset_counts"),
+    )
+
+
+def _group(value: object) -> str:
+    if value is None:
+        return ""
+    return check_name(value, "group key")
+
+
+def build_spec(
+    task: str,
+    data: Any,
+    options: Mapping[str, Any],
+    *,
+    defaults: JobDefaults,
+    max_payload: int,
+) -> JobSpec:
+    """Validate one job's task, data and options into a JobSpec."""
+    unknown = set(options) - ENQUEUE_OPTIONS
+    if unknown:
+        raise UnknownOptionError(
+            f"unknown option(s) {sorted(unknown)}; valid: {sorted(ENQUEUE_OPTIONS)}"
+        )
+    payload = serializers.dumps(data)
+    if len(payload.encode("utf-8")) > max_payload:
+        raise PayloadTooLargeError(
+            f"data is {len(payload.encode('utf-8'))} bytes, over the {max_payload}-byte limit"
+        )
+    delay, run_at = options.get("delay"), options.get("run_at")
+    if delay is not None and run_at is not None:
+        raise ValidationError("give delay or run_at, not both")
+    o = {f.name: options.get(f.name, getattr(defaults, f.name)) for f in fields(defaults)}
+    min_backoff = _seconds(o["min_backoff"], "min_backoff")
+    max_backoff = _seconds(o["max_backoff"], "max_backoff")
+    if max_backoff < min_backoff:
+        raise ValidationError("max_backoff must be >= min_backoff")
+    return JobSpec(
+        id=check_job_id(options["id"]) if options.get("id") is not None else new_job_id(),
+        task=check_task_name(task),
+        data=payload,
+        priority=check_priority(o["priority"]),
+        delay_ms=None if delay is None else _seconds(delay, "delay"),
+        run_at_ms=None if run_at is None else _run_at_ms(run_at),
+        max_failures=_count(o["max_failures"], "max_failures", minimum=1),
+        max_stalls=_count(o["max_stalls"], "max_stalls", minimum=1),
+        min_backoff_ms=min_backoff,
+        max_backoff_ms=max_backoff,
+        timeout_ms=_seconds(o["timeout"], "timeout"),
+        result_ttl_ms=_seconds(o["result_ttl"], "result_ttl"),
+        lifo=_bool(options.get("lifo", False), "lifo"),
+        group=_group(options.get("group")),
+        rules=_rules(options),
+    )

@@ -1,0 +1,83 @@
+"""Every Redis key of a queue, in one place.
+
+All keys share the hash tag `{<queue>}` so a queue lives in one Redis Cluster
+slot and every script touches a single slot.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+PROTOCOL_VERSION = 1
+
+# Names end up inside key names: no separators, braces, globs or whitespace.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
+# Ids are the caller's: printable ASCII without spaces, at most 256 bytes.
+# ':' '{' '}' '*' are allowed: they follow the queue's tag and a fixed
+# `job:` prefix, so they can neither move the slot nor collide with other keys.
+ID_PATTERN = re.compile(r"[\x21-\x7e]{1,256}")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """Key names of one queue: `<prefix>:{<queue>}:<suffix>`."""
+
+    prefix: str
+    queue: str
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}:{{{self.queue}}}:"
+
+    @property
+    def meta(self) -> str:
+        return self.base + "meta"
+
+    @property
+    def ready(self) -> str:
+        return self.base + "ready"
+
+    @property
+    def scheduled(self) -> str:
+        return self.base + "scheduled"
+
+    @property
+    def active(self) -> str:
+        return self.base + "active"
+
+    @property
+    def completed(self) -> str:
+        return self.base + "completed"
+
+    @property
+    def failed(self) -> str:
+        return self.base + "failed"
+
+    @property
+    def blocked(self) -> str:
+        return self.base + "blocked"
+
+    @property
+    def marker(self) -> str:
+        return self.base + "marker"
+
+    @property
+    def events(self) -> str:
+        return self.base + "events"
+
+    @property
+    def workers(self) -> str:
+        return self.base + "workers"
+
+    def job(self, job_id: str) -> str:
+        return self.base + "job:" + job_id
+
+    def blocked_job(self, job_id: str) -> str:
+        return self.base + "blocked:" + job_id
+
+    def done(self, job_id: str) -> str:
+        return self.base + "done:" + job_id
+
+    def worker(self, worker_id: str) -> str:
+        return self.base + "worker:" + worker_id

@@ -1,0 +1,139 @@
+-- enqueue: create jobs, or apply upsert rules to jobs that already exist.
+-- One call takes a batch of jobs, so single and bulk enqueue share it.
+--
+-- KEYS[1] base        `<prefix>:{<queue>}:` — job:<id>, blocked:<id> derive from it
+-- KEYS[2] meta        hash: seq / lifo_seq counters
+-- KEYS[3] ready       zset: priority * 2^31 + seq
+-- KEYS[4] scheduled   zset: due ms
+-- KEYS[5] marker      zset: wake-up marker for blocked workers
+-- KEYS[6] events      stream
+-- KEYS[7] blocked     zset: ids with a blocked twin (score: enqueue ms)
+-- KEYS[8] completed   zset: finished ids by expiry ms
+-- KEYS[9] failed      zset: failed ids by expiry ms
+--
+-- ARGV[1] events stream max length (approximate)
+-- ARGV[2] F, the number of ARGV entries per job (21)
+-- ARGV[3 ..] per job, F entries:
+--   id, task, data, priority, delay_ms|'', run_at_ms|'', max_failures,
+--   max_stalls, min_backoff_ms, max_backoff_ms, timeout_ms, result_ttl_ms,
+--   lifo 0|1, group|'', u_data, u_run_at (1|0|later|earlier),
+--   u_max_failures, u_max_stalls, u_min_backoff, u_max_backoff, u_reset
+--
+-- Returns, per job in order: outcome, state
+--   outcome: 'created' | 'updated' (waiting/delayed job upserted)
+--            | 'blocked' (job active: stored as its blocked twin)
+--            | 'exists' (job finished and still retained: nothing changed)
+--   state: the job's state after the call
+--
+-- Effects: job hash written field by field; ready or scheduled index; one
+-- `created`/`updated`/`blocked` event per job; the wake marker.
+-- Complexity: O(batch * log N).
+
+-- @include common
+-- @include upsert
+-- @include finish
+
+local meta, ready, scheduled, marker = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local events, blocked_index = KEYS[6], KEYS[7]
+local completed, failed = KEYS[8], KEYS[9]
+local maxlen = ARGV[1]
+local F = tonumber(ARGV[2])
+local now = now_ms()
+
+local function parse(i)
+  local a = function(k) return ARGV[i + k] end
+  local due = now
+  if a(5) ~= '' then
+    due = now + tonumber(a(5))
+  elseif a(6) ~= '' then
+    due = tonumber(a(6))
+  end
+  return {
+    id = a(1), task = a(2), data = a(3), priority = a(4), run_at = due,
+    max_failures = a(7), max_stalls = a(8), min_backoff = a(9),
+    max_backoff = a(10), timeout = a(11), result_ttl = a(12), lifo = a(13),
+    group = a(14), u_data = a(15), u_run_at = a(16), u_max_failures = a(17),
+    u_max_stalls = a(18), u_min_backoff = a(19), u_max_backoff = a(20),
+    u_reset = a(21),
+  }
+end
+
+-- FIFO sequence numbers count up from 2^30, LIFO ones down from it, so one
+-- priority band holds both orders and every score stays exact.
+local HALF = 1073741824
+local function next_seq(lifo)
+  if lifo == '1' then
+    return HALF - 1 - (redis.call('HINCRBY', meta, 'lifo_seq', 1) % HALF)
+  end
+  return HALF + (redis.call('HINCRBY', meta, 'seq', 1) % HALF)
+end
+
+local function fields_of(j, state)
+  return {
+    'state', state, 'task', j.task, 'data', j.data, 'priority', j.priority,
+    'seq', next_seq(j.lifo), 'attempts', 0, 'failures', 0, 'stalls', 0,
+    'max_failures', j.max_failures, 'max_stalls', j.max_stalls,
+    'min_backoff', j.min_backoff, 'max_backoff', j.max_backoff,
+    'timeout', j.timeout, 'result_ttl', j.result_ttl, 'group', j.group,
+    'created_at', now, 'run_at', j.run_at,
+  }
+end
+
+local function create(job_key, j)
+  redis.call('HSET', job_key, unpack(fields_of(j, 'waiting')))
+  -- a stale entry of an expired record with this id must not sweep the new one
+  redis.call('ZREM', completed, j.id)
+  redis.call('ZREM', failed, j.id)
+  local state = place(job_key, j.id, j.run_at, now, ready, scheduled, marker)
+  emit(events, maxlen, 'event', 'created', 'id', j.id, 'state', state)
+  return state
+end
+
+-- Re-index a waiting or delayed job whose run_at an upsert may have moved.
+local function replace(job_key, j, state)
+  local due = upsert(job_key, j)
+  if state == 'waiting' and due <= now then
+    return state
+  end
+  redis.call('ZREM', ready, j.id)
+  redis.call('ZREM', scheduled, j.id)
+  return place(job_key, j.id, due, now, ready, scheduled, marker)
+end
+
+local function block(j)
+  local twin = base .. 'blocked:' .. j.id
+  if redis.call('EXISTS', twin) == 1 then
+    upsert(twin, j)
+  else
+    local fields = fields_of(j, 'blocked')
+    for _, flag in ipairs(UPSERT_FLAGS) do
+      fields[#fields + 1] = flag
+      fields[#fields + 1] = j[flag]
+    end
+    redis.call('HSET', twin, unpack(fields))
+    redis.call('ZADD', blocked_index, now, j.id)
+  end
+  emit(events, maxlen, 'event', 'blocked', 'id', j.id)
+end
+
+local out = {}
+for i = 3, #ARGV, F do
+  local j = parse(i - 1)
+  local job_key = base .. 'job:' .. j.id
+  local state = redis.call('HGET', job_key, 'state')
+  local outcome
+  if not state then
+    outcome, state = 'created', create(job_key, j)
+  elseif state == 'waiting' or state == 'delayed' then
+    outcome, state = 'updated', replace(job_key, j, state)
+    emit(events, maxlen, 'event', 'updated', 'id', j.id, 'state', state)
+  elseif state == 'active' then
+    block(j)
+    outcome = 'blocked'
+  else
+    outcome = 'exists'
+  end
+  out[#out + 1] = outcome
+  out[#out + 1] = state
+end
+return out

@@ -1,0 +1,27 @@
+-- Shared helpers, pasted into every script at load time by `-- @include common`.
+-- They are plain local functions: no key is named here, every key is derived
+-- from KEYS[1], the queue's base prefix `<prefix>:{<queue>}:` (one hash tag).
+
+local base = KEYS[1]
+
+-- Milliseconds from the server clock: worker and producer clocks may be wrong.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Ready order: priority first (0 = highest), then a sequence number, so jobs
+-- of one priority run FIFO (or LIFO). 2^21 * 2^31 + 2^31 < 2^53: exact in a double.
+local SEQ_SPAN = 2147483648
+local function ready_score(priority, seq)
+  return tonumber(priority) * SEQ_SPAN + tonumber(seq)
+end
+
+-- Wake one blocked worker: it BZPOPMINs this marker, then claims.
+local function wake(marker)
+  redis.call('ZADD', marker, 0, '0')
+end
+
+local function emit(events, maxlen, ...)
+  redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', ...)
+end

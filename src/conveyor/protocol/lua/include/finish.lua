@@ -1,0 +1,90 @@
+-- Shared by the scripts that end a run (complete, fail, reap): tell waiters,
+-- keep the record for its retention time, free a singleton's blocked twin.
+-- Needs `common` first.
+
+-- A waiter (see await.lua) registered itself with HINCRBY waiters: only then
+-- is a notification list written, so unobserved jobs cost nothing extra.
+local function notify_waiters(job_key, id, state, payload)
+  if redis.call('HGET', job_key, 'waiters') then
+    local done = base .. 'done:' .. id
+    redis.call('RPUSH', done, state .. '\n' .. payload)
+    redis.call('PEXPIRE', done, 60000)
+    redis.call('HDEL', job_key, 'waiters')
+  end
+end
+
+-- Keep a finished record in `index` (completed or failed, scored by expiry)
+-- for ttl ms, or delete it at once when ttl is 0.
+local function retain(job_key, id, index, ttl, now)
+  ttl = tonumber(ttl)
+  if ttl <= 0 then
+    redis.call('DEL', job_key)
+  else
+    redis.call('ZADD', index, now + ttl, id)
+    redis.call('PEXPIRE', job_key, ttl)
+  end
+end
+
+-- Drop up to `limit` records whose retention ran out: each finish removes at
+-- least as many as it adds, so the index never grows past live retention.
+-- The record itself may have expired already (PEXPIRE) and its id been
+-- enqueued anew: only a record still in a finished state is deleted.
+local function sweep(index, now, limit)
+  local old = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, limit)
+  for _, id in ipairs(old) do
+    redis.call('ZREM', index, id)
+    local job_key = base .. 'job:' .. id
+    local state = redis.call('HGET', job_key, 'state')
+    if state == 'completed' or state == 'failed' then
+      redis.call('DEL', job_key)
+    end
+  end
+end
+
+-- Place a runnable job: ready (and wake a worker) or scheduled at `due`.
+local function place(job_key, id, due, now, ready, scheduled, marker)
+  if due > now then
+    redis.call('HSET', job_key, 'state', 'delayed', 'run_at', due)
+    redis.call('ZADD', scheduled, due, id)
+    wake(marker)
+    return 'delayed'
+  end
+  local f = redis.call('HMGET', job_key, 'priority', 'seq')
+  redis.call('HSET', job_key, 'state', 'waiting')
+  redis.call('ZADD', ready, ready_score(f[1], f[2]), id)
+  wake(marker)
+  return 'waiting'
+end
+
+-- A singleton re-enqueued while it ran waits in blocked:<id>. When the run
+-- ends for good, the blocked record becomes the job and is placed; returns
+-- whether there was one (then the finished record is gone, not retained).
+local function release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index)
+  local blocked_key = base .. 'blocked:' .. id
+  if redis.call('EXISTS', blocked_key) == 0 then
+    return false
+  end
+  redis.call('ZREM', blocked_index, id)
+  redis.call('RENAME', blocked_key, job_key)
+  redis.call('HDEL', job_key, unpack(UPSERT_FLAGS))
+  local due = tonumber(redis.call('HGET', job_key, 'run_at') or '0')
+  place(job_key, id, due, now, ready, scheduled, marker)
+  return true
+end
+
+-- When a run ends in a retry, a blocked twin is merged into the job by the
+-- upsert rules its enqueue asked for, instead of replacing it.
+local function merge_blocked(job_key, id, blocked_index)
+  local blocked_key = base .. 'blocked:' .. id
+  local flat = redis.call('HGETALL', blocked_key)
+  if #flat == 0 then
+    return
+  end
+  local twin = {}
+  for i = 1, #flat, 2 do
+    twin[flat[i]] = flat[i + 1]
+  end
+  upsert(job_key, twin)
+  redis.call('DEL', blocked_key)
+  redis.call('ZREM', blocked_index, id)
+end

@@ -1,0 +1,67 @@
+-- reap: recover jobs whose lease expired (their worker died or hung).
+--
+-- KEYS[1] base        `<prefix>:{<queue>}:`
+-- KEYS[2] active      zset: lease deadline ms
+-- KEYS[3] failed      zset: failed ids by expiry ms
+-- KEYS[4] ready       zset
+-- KEYS[5] scheduled   zset
+-- KEYS[6] marker      zset: wake-up marker
+-- KEYS[7] events      stream
+-- KEYS[8] blocked     zset: ids with a blocked twin
+--
+-- ARGV[1] batch       at most this many expired leases handled
+-- ARGV[2] events stream max length
+--
+-- Returns: {recovered, failed, next_deadline_ms | -1}
+--   next_deadline_ms is the earliest lease still running, so a reaper can
+--   sleep until it.
+--
+-- Effects: per expired lease: stalls + 1, the token removed (the old
+-- worker's writes are refused from now on); back to ready at its old place
+-- (a `stalled` event), or state failed with error "stalled" once stalls
+-- reaches max_stalls (a `failed` event, waiters told, a blocked twin released).
+-- Complexity: O(batch * log N).
+
+-- @include common
+-- @include upsert
+-- @include finish
+
+local active, failed, ready, scheduled = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local marker, events, blocked_index = KEYS[6], KEYS[7], KEYS[8]
+local batch, maxlen = tonumber(ARGV[1]), ARGV[2]
+local now = now_ms()
+
+local function stall_error(stalls)
+  return 'StalledError: lease expired ' .. stalls .. ' time(s); the worker died or hung'
+end
+
+local recovered, failed_count = 0, 0
+local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, batch)
+for _, id in ipairs(expired) do
+  redis.call('ZREM', active, id)
+  local job_key = base .. 'job:' .. id
+  local f = redis.call('HMGET', job_key, 'state', 'max_stalls', 'result_ttl')
+  if f[1] == 'active' then
+    redis.call('HDEL', job_key, 'token')
+    local stalls = redis.call('HINCRBY', job_key, 'stalls', 1)
+    if stalls >= tonumber(f[2] or '1') then
+      local err = stall_error(stalls)
+      redis.call('HSET', job_key, 'state', 'failed', 'finished_at', now, 'error', err)
+      emit(events, maxlen, 'event', 'failed', 'id', id, 'error', err)
+      notify_waiters(job_key, id, 'failed', err)
+      if not release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index) then
+        retain(job_key, id, failed, f[3] or 0, now)
+      end
+      failed_count = failed_count + 1
+    else
+      merge_blocked(job_key, id, blocked_index)
+      place(job_key, id, now, now, ready, scheduled, marker)
+      emit(events, maxlen, 'event', 'stalled', 'id', id, 'stalls', stalls)
+      recovered = recovered + 1
+    end
+  end
+end
+local first = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
+local next_deadline = -1
+if #first > 0 then next_deadline = tonumber(first[2]) end
+return {recovered, failed_count, next_deadline}

@@ -1,0 +1,327 @@
+"""Pure operations: build each script's KEYS/ARGV and decode its reply.
+
+Nearly every operation is "build a Call, run one script, decode the reply";
+keeping the first and last step here lets the sync and async clients share
+everything but the line that does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from conveyor.protocol.keys import QueueKeys
+
+Arg = str | int | float | bytes
+
+# Fields per job in the enqueue script's ARGV (see enqueue.lua).
+ENQUEUE_ARITY = 21
+# Fields per job in the claim script's reply (see claim.lua).
+CLAIM_ARITY = 13
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One script invocation: which script, its KEYS and its ARGV."""
+
+    script: str
+    keys: tuple[str, ...]
+    args: tuple[Arg, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class UpsertRules:
+    """What an enqueue of an id that is already waiting (or blocked) changes."""
+
+    data: bool = True
+    run_at: str = "1"  # "1" | "0" | "later" | "earlier"
+    max_failures: bool = False
+    max_stalls: bool = False
+    min_backoff: bool = False
+    max_backoff: bool = False
+    reset_counts: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job to enqueue, validated and encoded (times in ms)."""
+
+    id: str
+    task: str
+    data: str
+    priority: int
+    delay_ms: int | None
+    run_at_ms: int | None
+    max_failures: int
+    max_stalls: int
+    min_backoff_ms: int
+    max_backoff_ms: int
+    timeout_ms: int
+    result_ttl_ms: int
+    lifo: bool
+    group: str
+    rules: UpsertRules
+
+    def argv(self) -> tuple[Arg, ...]:
+        r = self.rules
+        return (
+            self.id, self.task, self.data, self.priority,
+            "" if self.delay_ms is None else self.delay_ms,
+            "" if self.run_at_ms is None else self.run_at_ms,
+            self.max_failures, self.max_stalls, self.min_backoff_ms, self.max_backoff_ms,
+            self.timeout_ms, self.result_ttl_ms, _flag(self.lifo), self.group,
+            _flag(r.data), r.run_at, _flag(r.max_failures), _flag(r.max_stalls),
+            _flag(r.min_backoff), _flag(r.max_backoff), _flag(r.reset_counts),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    outcome: str  # created | updated | blocked | exists
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A leased job as the claim script returned it; fields may be None when
+    the record in Redis is corrupt, and the worker then fails the job."""
+
+    id: str
+    task: str | None
+    data: bytes | None
+    attempts: int
+    failures: int | None
+    stalls: int | None
+    max_failures: int | None
+    max_stalls: int | None
+    min_backoff_ms: int | None
+    max_backoff_ms: int | None
+    timeout_ms: int | None
+    priority: int | None
+    created_at_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimReply:
+    now_ms: int
+    next_due_ms: int | None
+    jobs: list[ClaimedJob]
+
+
+@dataclass(frozen=True, slots=True)
+class FailItem:
+    id: str
+    token: str
+    error: str
+    permanent: bool
+    retry_delay_ms: int | None
+    jitter: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReapReply:
+    recovered: int
+    failed: int
+    next_deadline_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitReply:
+    state: str  # missing | pending | completed | failed
+    payload: str | None
+
+
+def _flag(value: bool) -> int:
+    return 1 if value else 0
+
+
+def text(value: Any) -> str:
+    """A reply element as text (replies arrive as bytes)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _int(value: Any) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _optional_ms(value: Any) -> int | None:
+    ms = int(value)
+    return None if ms < 0 else ms
+
+
+def enqueue(keys: QueueKeys, specs: Sequence[JobSpec], *, events_maxlen: int) -> Call:
+    args: list[Arg] = [events_maxlen, ENQUEUE_ARITY]
+    for spec in specs:
+        args.extend(spec.argv())
+    return Call(
+        "enqueue",
+        (keys.base, keys.meta, keys.ready, keys.scheduled, keys.marker, keys.events,
+         keys.blocked, keys.completed, keys.failed),
+        tuple(args),
+    )  # fmt: skip
+
+
+def decode_enqueue(reply: Sequence[Any]) -> list[Enqueued]:
+    return [Enqueued(text(reply[i]), text(reply[i + 1])) for i in range(0, len(reply), 2)]
+
+
+def claim(
+    keys: QueueKeys,
+    *,
+    worker_id: str,
+    count: int,
+    lease_ms: int,
+    token: str,
+    promote: int,
+    events_maxlen: int,
+) -> Call:
+    return Call(
+        "claim",
+        (keys.base, keys.meta, keys.ready, keys.scheduled, keys.active, keys.marker,
+         keys.events, keys.failed),
+        (worker_id, count, lease_ms, token, promote, events_maxlen),
+    )  # fmt: skip
+
+
+def decode_claim(reply: Sequence[Any]) -> ClaimReply:
+    jobs = []
+    for i in range(2, len(reply), CLAIM_ARITY):
+        f = reply[i : i + CLAIM_ARITY]
+        jobs.append(
+            ClaimedJob(
+                id=text(f[0]),
+                task=None if f[1] is None else text(f[1]),
+                data=f[2] if f[2] is None or isinstance(f[2], bytes) else str(f[2]).encode(),
+                attempts=int(f[3]),
+                failures=_int(f[4]),
+                stalls=_int(f[5]),
+                max_failures=_int(f[6]),
+                max_stalls=_int(f[7]),
+                min_backoff_ms=_int(f[8]),
+                max_backoff_ms=_int(f[9]),
+                timeout_ms=_int(f[10]),
+                priority=_int(f[11]),
+                created_at_ms=_int(f[12]),
+            )
+        )
+    return ClaimReply(int(reply[0]), _optional_ms(reply[1]), jobs)
+
+
+def complete(
+    keys: QueueKeys, items: Sequence[tuple[str, str, str]], *, events_maxlen: int
+) -> Call:
+    args: list[Arg] = [events_maxlen]
+    for job_id, token, result in items:
+        args.extend((job_id, token, result))
+    return Call(
+        "complete",
+        (keys.base, keys.active, keys.completed, keys.ready, keys.scheduled, keys.marker,
+         keys.events, keys.blocked),
+        tuple(args),
+    )  # fmt: skip
+
+
+def decode_complete(reply: Sequence[Any]) -> list[bool]:
+    return [int(x) == 1 for x in reply]
+
+
+def fail(keys: QueueKeys, items: Sequence[FailItem], *, events_maxlen: int) -> Call:
+    args: list[Arg] = [events_maxlen]
+    for it in items:
+        delay = "" if it.retry_delay_ms is None else max(0, it.retry_delay_ms)
+        args.extend((it.id, it.token, it.error, _flag(it.permanent), delay, it.jitter))
+    return Call(
+        "fail",
+        (keys.base, keys.active, keys.failed, keys.ready, keys.scheduled, keys.marker,
+         keys.events, keys.blocked),
+        tuple(args),
+    )  # fmt: skip
+
+
+def decode_fail(reply: Sequence[Any]) -> list[str]:
+    return [text(x) for x in reply]
+
+
+def release(
+    keys: QueueKeys, leases: Sequence[tuple[str, str]], *, events_maxlen: int
+) -> Call:
+    args: list[Arg] = [events_maxlen]
+    for job_id, token in leases:
+        args.extend((job_id, token))
+    return Call(
+        "release",
+        (keys.base, keys.active, keys.ready, keys.scheduled, keys.marker, keys.events,
+         keys.blocked),
+        tuple(args),
+    )  # fmt: skip
+
+
+def reap(keys: QueueKeys, *, batch: int, events_maxlen: int) -> Call:
+    return Call(
+        "reap",
+        (keys.base, keys.active, keys.failed, keys.ready, keys.scheduled, keys.marker,
+         keys.events, keys.blocked),
+        (batch, events_maxlen),
+    )  # fmt: skip
+
+
+def decode_reap(reply: Sequence[Any]) -> ReapReply:
+    return ReapReply(int(reply[0]), int(reply[1]), _optional_ms(reply[2]))
+
+
+def heartbeat(
+    keys: QueueKeys,
+    *,
+    worker_id: str,
+    lease_ms: int,
+    worker_ttl_ms: int,
+    info: str,
+    leases: Sequence[tuple[str, str]],
+) -> Call:
+    args: list[Arg] = [worker_id, lease_ms, worker_ttl_ms, info]
+    for job_id, token in leases:
+        args.extend((job_id, token))
+    return Call("heartbeat", (keys.base, keys.active, keys.workers), tuple(args))
+
+
+def decode_heartbeat(reply: Sequence[Any]) -> list[str]:
+    """The ids whose lease was lost."""
+    return [text(x) for x in reply[1:]]
+
+
+def progress(
+    keys: QueueKeys, *, job_id: str, token: str, value: float, events_maxlen: int
+) -> Call:
+    return Call(
+        "progress", (keys.base, keys.events), (job_id, token, repr(value), events_maxlen)
+    )
+
+
+def await_job(keys: QueueKeys, job_id: str) -> Call:
+    return Call("await", (keys.base,), (job_id,))
+
+
+def decode_await(reply: Sequence[Any]) -> AwaitReply:
+    return AwaitReply(text(reply[0]), text(reply[1]) if len(reply) > 1 else None)
+
+
+def decode_done(element: Any) -> AwaitReply:
+    """An element of done:<id>: "<state>\\n<payload>"."""
+    state, _, payload = text(element).partition("\n")
+    return AwaitReply(state, payload)
+
+
+def cancel(keys: QueueKeys, job_id: str, *, events_maxlen: int) -> Call:
+    return Call(
+        "cancel",
+        (keys.base, keys.ready, keys.scheduled, keys.blocked, keys.events),
+        (job_id, events_maxlen),
+    )

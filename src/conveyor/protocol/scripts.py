@@ -1,0 +1,57 @@
+"""Lua scripts shipped as package data, with their includes expanded.
+
+A script line `-- @include <name>` is replaced by `lua/include/<name>.lua`:
+static text composed once at load, never Lua built from runtime values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from importlib import resources
+
+SCRIPT_NAMES = (
+    "enqueue",
+    "claim",
+    "heartbeat",
+    "progress",
+    "complete",
+    "fail",
+    "reap",
+    "release",
+    "await",
+    "cancel",
+)
+
+_INCLUDE = "-- @include "
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """One transition's Lua source and the SHA1 that EVALSHA runs it by."""
+
+    name: str
+    source: str
+    sha: str
+
+
+def _read(relative: str) -> str:
+    return (resources.files("conveyor.protocol") / "lua" / relative).read_text("utf-8")
+
+
+def _expand(text: str) -> str:
+    lines = []
+    for line in text.splitlines():
+        if line.startswith(_INCLUDE):
+            lines.append(_read(f"include/{line[len(_INCLUDE):].strip()}.lua"))
+        else:
+            lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def load_script(name: str) -> Script:
+    """The script for one transition, includes expanded."""
+    if name not in SCRIPT_NAMES:
+        raise KeyError(f"no Lua script named {name!r}")
+    source = _expand(_read(f"{name}.lua"))
+    return Script(name, source, hashlib.sha1(source.encode("utf-8")).hexdigest())

@@ -1,0 +1,86 @@
+"""Batched acknowledgements: finished jobs are written in one pipelined round
+trip per batch. While one batch is in flight the next one fills, so a busy
+worker batches by itself and an idle one acknowledges at once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+
+from conveyor.client.core import QueueCore
+from conveyor.client.transport import AsyncRunner
+from conveyor.errors import ConnectionLostError
+from conveyor.protocol import ops
+from conveyor.worker.execution import Failure, Success
+
+log = logging.getLogger("conveyor.worker")
+
+Outcome = tuple[str, str, Success | Failure]  # id, token, outcome
+
+
+class AckBuffer:
+    def __init__(
+        self, runner: AsyncRunner, core: QueueCore, on_written: Callable[[str, str], None]
+    ) -> None:
+        self.runner = runner
+        self.core = core
+        self.on_written = on_written  # (job id, what happened)
+        self._pending: list[Outcome] = []
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def add(self, job_id: str, token: str, outcome: Success | Failure) -> None:
+        self._pending.append((job_id, token, outcome))
+        self._idle.clear()
+        self._wake.set()
+
+    async def drained(self) -> None:
+        """Wait until everything added so far is written."""
+        await self._idle.wait()
+
+    async def run(self) -> None:
+        delay = 0.05
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batch, self._pending = self._pending, []
+            if not batch:
+                self._idle.set()
+                continue
+            try:
+                await self._write(batch)
+                delay = 0.05
+            except ConnectionLostError as exc:
+                # Re-sending is safe: a run that was already ended refuses the write.
+                log.warning("acknowledging %d job(s) failed, retrying: %s", len(batch), exc)
+                self._pending = batch + self._pending
+                await asyncio.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 5.0)
+                self._wake.set()
+                continue
+            if not self._pending:
+                self._idle.set()
+
+    async def _write(self, batch: list[Outcome]) -> None:
+        done = [(i, t, o.result) for i, t, o in batch if isinstance(o, Success)]
+        failed = [
+            ops.FailItem(i, t, o.error, o.permanent, o.retry_delay_ms, random.random())
+            for i, t, o in batch
+            if isinstance(o, Failure)
+        ]
+        maxlen = self.core.settings.events_maxlen
+        calls = []
+        if done:
+            calls.append(ops.complete(self.core.keys, done, events_maxlen=maxlen))
+        if failed:
+            calls.append(ops.fail(self.core.keys, failed, events_maxlen=maxlen))
+        replies = await self.runner.run_many(calls)
+        if done:
+            for (job_id, _, _), ok in zip(done, ops.decode_complete(replies[0]), strict=True):
+                self.on_written(job_id, "completed" if ok else "lost")
+        if failed:
+            for item, what in zip(failed, ops.decode_fail(replies[-1]), strict=True):
+                self.on_written(item.id, what)

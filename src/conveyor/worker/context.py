@@ -1,0 +1,62 @@
+"""The job a handler is running, reachable through a contextvar.
+
+    from conveyor.worker import current_job
+
+    def resize(data):
+        job = current_job()
+        job.progress(3, 10)     # or job.progress(0.3)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from conveyor.errors import ConveyorError, ValidationError
+
+
+@dataclass(eq=False)
+class JobContext:
+    """One claimed run of a job, as its handler sees it."""
+
+    id: str
+    queue: str
+    task: str
+    data: Any
+    attempt: int
+    token: str
+    worker_id: str
+    report_progress: Callable[[JobContext, float], None] = field(repr=False)
+    lost: bool = False
+
+    def progress(self, done: float, total: float | None = None) -> None:
+        """Report progress as a fraction, or as `done` out of `total`."""
+        fraction = _fraction(done, total)
+        self.report_progress(self, fraction)
+
+
+def _fraction(done: float, total: float | None) -> float:
+    if total is not None:
+        if total <= 0:
+            raise ValidationError(f"progress total must be > 0, got {total!r}")
+        done = done / total
+    if not 0.0 <= done <= 1.0:
+        raise ValidationError(f"progress must be within [0, 1], got {done!r}")
+    return float(done)
+
+
+_current: ContextVar[JobContext | None] = ContextVar("conveyor_current_job", default=None)
+
+
+def current_job() -> JobContext:
+    """The job being run by the calling handler (sync or async)."""
+    job = _current.get()
+    if job is None:
+        raise ConveyorError("current_job() called outside a running job")
+    return job
+
+
+def set_current(job: JobContext | None) -> None:
+    _current.set(job)

@@ -1,0 +1,97 @@
+"""Lease renewal, the roll call and stalled-job recovery, on an OS thread.
+
+A thread (with its own blocking Redis connection) keeps beating while a
+handler hogs the event loop or the CPU: the GIL is handed over every few
+milliseconds, so a busy handler cannot starve it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from conveyor.client.core import QueueCore
+from conveyor.client.transport import SyncRunner
+from conveyor.errors import ConveyorError
+from conveyor.protocol import ops
+
+log = logging.getLogger("conveyor.worker")
+
+Leases = Callable[[], list[tuple[str, str]]]
+
+
+class Heartbeat(threading.Thread):
+    """Every `interval` s: renew the held leases, announce the worker, and
+    reap expired leases of any worker of the queue."""
+
+    def __init__(
+        self,
+        *,
+        runner: SyncRunner,
+        core: QueueCore,
+        worker_id: str,
+        lease_ms: int,
+        interval: float,
+        info: Callable[[], str],
+        leases: Leases,
+        on_lost: Callable[[list[str]], None],
+        reap_batch: int = 100,
+    ) -> None:
+        super().__init__(name=f"conveyor-heartbeat-{worker_id}", daemon=True)
+        self.runner = runner
+        self.core = core
+        self.worker_id = worker_id
+        self.lease_ms = lease_ms
+        self.interval = interval
+        self.info = info
+        self.leases = leases
+        self.on_lost = on_lost
+        self.reap_batch = reap_batch
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        while True:
+            try:
+                self.beat()
+                self.reap()
+            except ConveyorError as exc:  # Redis away: try again next beat
+                log.warning("heartbeat failed: %s", exc)
+            except Exception:  # never let the thread die silently
+                log.exception("heartbeat failed")
+            if self._stop.wait(self.interval):
+                return
+
+    def beat(self) -> None:
+        call = ops.heartbeat(
+            self.core.keys,
+            worker_id=self.worker_id,
+            lease_ms=self.lease_ms,
+            worker_ttl_ms=int(self.interval * 3000) + 1000,
+            info=self.info(),
+            leases=self.leases(),
+        )
+        lost = ops.decode_heartbeat(self.runner.run(call))
+        if lost:
+            self.on_lost(lost)
+
+    def reap(self) -> None:
+        call = ops.reap(
+            self.core.keys, batch=self.reap_batch, events_maxlen=self.core.settings.events_maxlen
+        )
+        reply = ops.decode_reap(self.runner.run(call))
+        if reply.recovered or reply.failed:
+            log.warning(
+                "recovered %d stalled job(s), failed %d after too many stalls",
+                reply.recovered,
+                reply.failed,
+            )
+
+    def leave(self) -> None:
+        """Drop this worker from the roll call (on shutdown)."""
+        keys = self.core.keys
+        self.runner.client.zrem(keys.workers, self.worker_id)
+        self.runner.client.delete(keys.worker(self.worker_id))

@@ -1,0 +1,401 @@
+"""The worker: wait for jobs, claim them in batches, run them, acknowledge,
+and shut down without losing any.
+
+Concurrency: `concurrency` runner coroutines take claimed jobs from a local
+inbox; sync handlers run in a thread pool of the same size. A heartbeat
+thread renews leases and reaps expired ones; an ack buffer writes outcomes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import signal
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.asyncio
+
+from conveyor import serializers
+from conveyor.client.aio import AsyncQueue
+from conveyor.client.sync import connect as connect_sync
+from conveyor.client.core import resolve_url
+from conveyor.client.tasks import Tasks
+from conveyor.client.transport import AsyncRunner, SyncRunner
+from conveyor.errors import ConfigurationError, ConnectionLostError, ServerError
+from conveyor.protocol import ops
+from conveyor.timeutil import to_ms
+from conveyor.worker.acks import AckBuffer
+from conveyor.worker.context import JobContext
+from conveyor.worker.execution import Running, execute
+from conveyor.worker.heartbeat import Heartbeat
+
+log = logging.getLogger("conveyor.worker")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkerSettings:
+    """How a worker runs. Times in seconds."""
+
+    concurrency: int = 10
+    lease: float = 30.0
+    heartbeat_interval: float | None = None  # default: lease / 3
+    grace: float = 30.0  # SIGTERM: how long running jobs may finish
+    burst: bool = False  # drain the queue, then exit
+    idle_wait: float = 5.0  # longest single block on Redis when idle
+    promote_batch: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ConfigurationError("concurrency must be at least 1")
+        if self.lease < 0.2:
+            raise ConfigurationError("lease must be at least 0.2 s")
+
+    @property
+    def beat_every(self) -> float:
+        return self.heartbeat_interval or self.lease / 3
+
+
+class Worker:
+    """Runs the handlers of `tasks` for jobs of its queue."""
+
+    def __init__(
+        self, tasks: Tasks, *, url: str | None = None, settings: WorkerSettings | None = None
+    ) -> None:
+        self.tasks = tasks
+        self.settings = settings or WorkerSettings()
+        self.url = resolve_url(url or tasks.url)
+        self.id = f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
+        self.processed = 0
+        self.failed = 0
+        self._started = time.time()
+        self._held: dict[str, Running] = {}
+        self._in_flight = 0
+        self._stopping = False
+        self._hard_stop = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._all_done = asyncio.Event()
+        self._wait_task: asyncio.Task[Any] | None = None
+        self._inbox: asyncio.Queue[Running] = asyncio.Queue()
+        self._executor = ThreadPoolExecutor(
+            self.settings.concurrency, thread_name_prefix="conveyor-job"
+        )
+
+    # --- public ----------------------------------------------------------------
+
+    def run_sync(self) -> None:
+        """Run until stopped (SIGTERM / SIGINT), or drained with burst."""
+        asyncio.run(self.run())
+
+    def stop(self) -> None:
+        """Stop claiming; running jobs get `grace` seconds. A second call
+        stops at once, putting unfinished jobs back."""
+        if self._stopping:
+            self._hard_stop.set()
+            return
+        log.info("worker %s stopping (again to stop now)", self.id)
+        self._stopping = True
+        self._slot_freed.set()
+        if self._wait_task is not None:
+            self._wait_task.cancel()
+
+    async def run(self) -> None:
+        queue = AsyncQueue(self.tasks.queue_name, url=self.url, settings=self.tasks.settings)
+        blocker = redis.asyncio.Redis.from_url(self.url, socket_connect_timeout=5)
+        sync_client = connect_sync(self.url)
+        self._queue = queue
+        self._blocker = blocker
+        self._runner = AsyncRunner(queue.client, queue.core.scripts)
+        self._acks = AckBuffer(self._runner, queue.core, self._written)
+        heartbeat = self._heartbeat(SyncRunner(sync_client, queue.core.scripts))
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._install_signals(loop)
+        try:
+            await self._connect(queue)
+            heartbeat.start()
+            await self._serve()
+        finally:
+            heartbeat.stop()
+            self._remove_signals(loop)
+            try:
+                await asyncio.to_thread(heartbeat.leave)
+            except (redis.RedisError, OSError):
+                pass
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            await blocker.aclose()
+            await queue.close()
+            sync_client.close()
+
+    # --- set-up ------------------------------------------------------------------
+
+    async def _connect(self, queue: AsyncQueue) -> None:
+        delay = 0.1
+        while True:
+            try:
+                await queue.check()
+                return
+            except ConnectionLostError as exc:
+                if self._stopping:
+                    raise
+                log.warning("Redis unavailable (%s); retrying in %.1f s", exc, delay)
+                await asyncio.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 5.0)
+
+    def _heartbeat(self, runner: SyncRunner) -> Heartbeat:
+        loop = asyncio.get_running_loop()
+        return Heartbeat(
+            runner=runner,
+            core=self._queue.core,
+            worker_id=self.id,
+            lease_ms=to_ms(self.settings.lease),
+            interval=self.settings.beat_every,
+            info=self._info,
+            leases=lambda: [(i, r.ctx.token) for i, r in list(self._held.items())],
+            on_lost=lambda ids: loop.call_soon_threadsafe(self._lose, ids),
+        )
+
+    def _info(self) -> str:
+        return json.dumps(
+            {
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "queue": self.tasks.queue_name,
+                "concurrency": self.settings.concurrency,
+                "started_at": self._started,
+                "tasks": sorted(self.tasks.handlers),
+                "running": self._in_flight,
+                "processed": self.processed,
+                "failed": self.failed,
+            }
+        )
+
+    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self.stop)
+            except (NotImplementedError, RuntimeError):  # not the main thread
+                return
+
+    def _remove_signals(self, loop: asyncio.AbstractEventLoop) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.remove_signal_handler(sig)
+            except (NotImplementedError, RuntimeError):
+                return
+
+    # --- the main loop -------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        runners = [asyncio.create_task(self._run_jobs()) for _ in range(self.settings.concurrency)]
+        flusher = asyncio.create_task(self._acks.run())
+        try:
+            await self._claim_loop()
+            await self._shut_down()
+        finally:
+            for task in [*runners, flusher]:
+                task.cancel()
+            await asyncio.gather(*runners, flusher, return_exceptions=True)
+
+    async def _claim_loop(self) -> None:
+        concurrency = self.settings.concurrency
+        low_water = max(1, concurrency // 2)
+        delay = 0.05
+        while not self._stopping:
+            free = concurrency - self._in_flight
+            if free < low_water and self._in_flight:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+                continue
+            try:
+                reply = await self._claim(free)
+                delay = 0.05
+            except (ConnectionLostError, ServerError) as exc:
+                log.warning("claim failed (%s); retrying", exc)
+                await asyncio.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 5.0)
+                continue
+            if reply.jobs:
+                continue
+            if self.settings.burst and not self._in_flight:
+                return
+            await self._wait_for_work(reply)
+
+    async def _claim(self, count: int) -> ops.ClaimReply:
+        core = self._queue.core
+        call = ops.claim(
+            core.keys,
+            worker_id=self.id,
+            count=count,
+            lease_ms=to_ms(self.settings.lease),
+            token=os.urandom(8).hex(),
+            promote=self.settings.promote_batch,
+            events_maxlen=core.settings.events_maxlen,
+        )
+        reply = ops.decode_claim(await self._runner.run(call))
+        token = call.args[3]
+        assert isinstance(token, str)
+        for claimed in reply.jobs:
+            self._accept(claimed, token)
+        return reply
+
+    async def _wait_for_work(self, reply: ops.ClaimReply) -> None:
+        """Block on the wake marker until an enqueue, the next due time, or
+        idle_wait — whichever comes first. No polling."""
+        timeout = self.settings.idle_wait
+        if reply.next_due_ms is not None:
+            timeout = min(timeout, max(0.001, (reply.next_due_ms - reply.now_ms) / 1000))
+        if self.settings.burst:
+            timeout = min(timeout, 0.05)
+        self._wait_task = asyncio.create_task(
+            self._blocker.bzpopmin(self._queue.core.keys.marker, timeout)
+        )
+        try:
+            await self._wait_task
+        except asyncio.CancelledError:
+            if not self._stopping:
+                raise
+        except redis.RedisError as exc:
+            log.warning("waiting for jobs failed (%s)", exc)
+            await asyncio.sleep(0.1 + random.random() * 0.4)
+        finally:
+            self._wait_task = None
+
+    # --- jobs --------------------------------------------------------------------
+
+    def _accept(self, claimed: ops.ClaimedJob, token: str) -> None:
+        handler = self.tasks.handlers.get(claimed.task or "")
+        problem, data = None, None
+        if handler is None:
+            problem = f"UnknownTaskError: no task {claimed.task!r} in this worker"
+        else:
+            try:
+                data = serializers.loads(claimed.data or b"")
+            except ValueError as exc:
+                problem = f"UndecodableDataError: job data is not JSON: {exc}"
+        timeout_ms = claimed.timeout_ms or 0
+        ctx = JobContext(
+            id=claimed.id,
+            queue=self.tasks.queue_name,
+            task=claimed.task or "",
+            data=data,
+            attempt=claimed.attempts,
+            token=token,
+            worker_id=self.id,
+            report_progress=self._progress,
+        )
+        running = Running(ctx, timeout_ms / 1000 if timeout_ms > 0 else None, handler, problem)
+        self._held[claimed.id] = running
+        self._in_flight += 1
+        self._all_done.clear()
+        self._inbox.put_nowait(running)
+
+    async def _run_jobs(self) -> None:
+        while True:
+            running = await self._inbox.get()
+            try:
+                if not running.ctx.lost:
+                    outcome = await execute(running, self._executor)
+                    if outcome is not None:
+                        self._acks.add(running.ctx.id, running.ctx.token, outcome)
+                        continue
+                self._held.pop(running.ctx.id, None)
+            finally:
+                self._in_flight -= 1
+                self._slot_freed.set()
+                if not self._in_flight:
+                    self._all_done.set()
+
+    def _written(self, job_id: str, what: str) -> None:
+        self._held.pop(job_id, None)
+        if what == "lost":
+            log.warning("job %s: lease lost before its outcome was written; discarded", job_id)
+        elif what == "failed":
+            self.failed += 1
+        elif what == "completed":
+            self.processed += 1
+
+    def _lose(self, ids: list[str]) -> None:
+        """The heartbeat found these leases gone: stop their handlers."""
+        for job_id in ids:
+            running = self._held.get(job_id)
+            if running is None:
+                continue
+            log.warning("job %s: lease lost (expired or taken over); stopping it", job_id)
+            running.ctx.lost = True
+            if running.scope is not None:
+                running.scope.reschedule(asyncio.get_running_loop().time())
+
+    def _progress(self, ctx: JobContext, fraction: float) -> None:
+        core = self._queue.core
+        call = ops.progress(
+            core.keys,
+            job_id=ctx.id,
+            token=ctx.token,
+            value=fraction,
+            events_maxlen=core.settings.events_maxlen,
+        )
+        coro = self._runner.run(call)
+        try:
+            asyncio.get_running_loop()
+            task = asyncio.ensure_future(coro)
+            task.add_done_callback(_log_failure)
+        except RuntimeError:  # a sync handler's thread
+            future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+            future.add_done_callback(_log_failure)
+
+    # --- shutdown ------------------------------------------------------------------
+
+    async def _shut_down(self) -> None:
+        """Give back what never started, let running jobs finish within the
+        grace period, give back the rest at once, write every outcome."""
+        unstarted = []
+        while not self._inbox.empty():
+            running = self._inbox.get_nowait()
+            unstarted.append(running)
+            self._in_flight -= 1
+        await self._release(unstarted)
+        if self._in_flight:
+            waiting = asyncio.create_task(self._all_done.wait())
+            hard = asyncio.create_task(self._hard_stop.wait())
+            await asyncio.wait(
+                [waiting, hard], timeout=self.settings.grace, return_when=asyncio.FIRST_COMPLETED
+            )
+            waiting.cancel()
+            hard.cancel()
+        leftovers = [r for r in self._held.values() if not r.ctx.lost and r.scope is not None]
+        now = asyncio.get_running_loop().time()
+        for running in leftovers:
+            running.ctx.lost = True  # its writes are dropped: it goes back to the queue
+            if running.scope is not None:
+                running.scope.reschedule(now)
+        await self._release(leftovers)
+        await self._acks.drained()
+
+    async def _release(self, runnings: list[Running]) -> None:
+        if not runnings:
+            return
+        core = self._queue.core
+        leases = [(r.ctx.id, r.ctx.token) for r in runnings]
+        call = ops.release(core.keys, leases, events_maxlen=core.settings.events_maxlen)
+        try:
+            await self._runner.run(call)
+        except ConnectionLostError as exc:
+            log.warning(
+                "could not give back %d job(s) (%s): they return on lease expiry", len(leases), exc
+            )
+        for job_id, _ in leases:
+            self._held.pop(job_id, None)
+        log.info("gave back %d unfinished job(s)", len(leases))
+
+
+def _log_failure(future: Any) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.warning("progress update failed: %s", future.exception())
