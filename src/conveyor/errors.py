@@ -1,26 +1,26 @@
 """The one exception tree. Every error Conveyor raises derives from ConveyorError.
 
-    ConveyorError
-    ├── ValidationError (also ValueError)       bad input; nothing was written
-    │   ├── InvalidNameError                    queue name, prefix, task name
-    │   ├── InvalidJobIdError
-    │   ├── PayloadTooLargeError
-    │   ├── NotSerializableError                data or result is not JSON
-    │   └── UnknownOptionError (also TypeError)
-    ├── ConfigurationError                      bad settings (URL, missing Redis binary ...)
-    ├── ServerError                             the Redis server cannot be used
-    │   ├── UnsupportedServerError              older than Redis 6.2
-    │   ├── EvictionPolicyError                 maxmemory-policy is not noeviction
-    │   ├── ProtocolVersionError                the queue was written by another protocol version
-    │   └── OutOfMemoryError                    maxmemory reached: the write was refused
-    ├── ConnectionLostError                     Redis unreachable
-    │   └── UncertainWriteError                 sent, no reply: the write may have been applied
-    ├── JobNotFoundError (also KeyError)
-    ├── JobFailedError                          wait_result(): the job failed for good
-    ├── WaitTimeoutError (also TimeoutError)    wait_result(): no outcome within the timeout
-    ├── LeaseLostError                          a worker's write was refused (fencing)
-    ├── JobTimeoutError (also TimeoutError)     a handler ran past its timeout
-    └── PermanentError                          raised by a handler: fail now, never retry
+ConveyorError
+├── ValidationError (also ValueError)       bad input; nothing was written
+│   ├── InvalidNameError                    queue name, prefix, task name
+│   ├── InvalidJobIdError
+│   ├── PayloadTooLargeError
+│   ├── NotSerializableError                data or result is not JSON
+│   └── UnknownOptionError (also TypeError)
+├── ConfigurationError                      bad settings (URL, missing Redis binary ...)
+├── ServerError                             the Redis server cannot be used
+│   ├── UnsupportedServerError              older than Redis 6.2
+│   ├── EvictionPolicyError                 maxmemory-policy is not noeviction
+│   ├── ProtocolVersionError                the queue was written by another protocol version
+│   └── OutOfMemoryError                    maxmemory reached: the write was refused
+├── ConnectionLostError                     Redis unreachable
+│   └── UncertainWriteError                 sent, no reply: the write may have been applied
+├── JobNotFoundError (also KeyError)
+├── JobFailedError                          wait_result(): the job failed for good
+├── WaitTimeoutError (also TimeoutError)    wait_result(): no outcome within the timeout
+├── LeaseLostError                          a worker's write was refused (fencing)
+├── JobTimeoutError (also TimeoutError)     a handler ran past its timeout
+└── PermanentError                          raised by a handler: fail now, never retry
 """
 
 from __future__ import annotations

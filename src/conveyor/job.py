@@ -76,7 +76,7 @@ def _ms(raw: Mapping[str, str], name: str) -> int | None:
 def _state(value: str | None) -> JobState:
     """A record with no valid state is corrupt: show it as failed."""
     try:
-        return JobState(value)
+        return JobState(value or "")
     except ValueError:
         return JobState.FAILED
 

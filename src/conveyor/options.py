@@ -31,7 +31,12 @@ TASK_NAME_MAX = 200
 
 Seconds = float | int | timedelta
 RunAtRule = bool | Literal["if_later", "if_earlier"]
-_RUN_AT_RULES: dict[object, str] = {True: "1", False: "0", "if_later": "later", "if_earlier": "earlier"}
+_RUN_AT_RULES: dict[object, str] = {
+    True: "1",
+    False: "0",
+    "if_later": "later",
+    "if_earlier": "earlier",
+}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -66,11 +71,7 @@ def check_name(value: object, what: str) -> str:
 
 
 def check_task_name(value: object) -> str:
-    if (
-        not isinstance(value, str)
-        or not 0 < len(value) <= TASK_NAME_MAX
-        or not value.isprintable()
-    ):
+    if not isinstance(value, str) or not 0 < len(value) <= TASK_NAME_MAX or not value.isprintable():
         raise InvalidNameError(f"invalid task name {value!r}: 1-{TASK_NAME_MAX} printable chars")
     return value
 

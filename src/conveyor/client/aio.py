@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any, Unpack
 
 import redis
 import redis.asyncio
 
 from conveyor.client.core import (
-    EnqueueOptions,
     Enqueued,
+    EnqueueOptions,
     JobRequest,
     QueueCore,
     QueueSettings,
@@ -91,7 +90,9 @@ class AsyncQueue:
 
     # --- producing -------------------------------------------------------------
 
-    async def enqueue(self, task: str, data: Any = None, **options: Unpack[EnqueueOptions]) -> Enqueued:
+    async def enqueue(
+        self, task: str, data: Any = None, **options: Unpack[EnqueueOptions]
+    ) -> Enqueued:
         """Enqueue one job; returns once Redis acknowledged it."""
         spec = self.core.spec(task, data, options)
         await self.check()
@@ -134,13 +135,19 @@ class AsyncQueue:
             pipe = self.client.pipeline(transaction=False)
             for _, key in pairs:
                 pipe.zcard(key)
-            return {state: int(n) for (state, _), n in zip(pairs, await pipe.execute(), strict=True)}
+            return {
+                state: int(n) for (state, _), n in zip(pairs, await pipe.execute(), strict=True)
+            }
 
     async def workers(self) -> list[WorkerInfo]:
         """The roll call: workers that sent a heartbeat within their TTL."""
         with translated():
             ids = await self.client.zrange(self.core.keys.workers, 0, -1)
-            infos = await self.client.mget([self.core.keys.worker(ops.text(i)) for i in ids]) if ids else []
+            infos = (
+                await self.client.mget([self.core.keys.worker(ops.text(i)) for i in ids])
+                if ids
+                else []
+            )
         return self.core.workers(ids, infos)
 
     async def events(
@@ -173,7 +180,9 @@ class AsyncQueue:
             if left <= 0:
                 raise WaitTimeoutError(f"job {job_id!r} did not finish within {timeout} s")
             with translated():
-                element = await self.client.blmove(done_key, done_key, max(left, 0.01), "RIGHT", "LEFT")
+                # redis-py types the timeout as int; Redis takes decimal seconds
+                block: Any = max(left, 0.01)
+                element = await self.client.blmove(done_key, done_key, block, "RIGHT", "LEFT")
             if element is not None:
                 reply = ops.decode_done(element)
         return self.core.outcome(job_id, reply)

@@ -30,9 +30,7 @@ def decode_entries(entries: Any) -> list[Event]:
     events = []
     for stream_id, raw in entries:
         fields = {text(k): text(v) for k, v in raw.items()}
-        events.append(
-            Event(text(stream_id), fields.pop("event", ""), fields.pop("id", ""), fields)
-        )
+        events.append(Event(text(stream_id), fields.pop("event", ""), fields.pop("id", ""), fields))
     return events
 
 

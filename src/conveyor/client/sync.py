@@ -10,8 +10,8 @@ from typing import Any, Unpack
 import redis
 
 from conveyor.client.core import (
-    EnqueueOptions,
     Enqueued,
+    EnqueueOptions,
     JobRequest,
     QueueCore,
     QueueSettings,
@@ -138,7 +138,9 @@ class Queue:
         """The roll call: workers that sent a heartbeat within their TTL."""
         with translated():
             ids = self.client.zrange(self.core.keys.workers, 0, -1)
-            infos = self.client.mget([self.core.keys.worker(ops.text(i)) for i in ids]) if ids else []
+            infos = (
+                self.client.mget([self.core.keys.worker(ops.text(i)) for i in ids]) if ids else []
+            )
         return self.core.workers(ids, infos)
 
     def events(
@@ -171,7 +173,9 @@ class Queue:
             if left <= 0:
                 raise WaitTimeoutError(f"job {job_id!r} did not finish within {timeout} s")
             with translated():
-                element = self.client.blmove(done_key, done_key, max(left, 0.01), "RIGHT", "LEFT")
+                # redis-py types the timeout as int; Redis takes decimal seconds
+                block: Any = max(left, 0.01)
+                element = self.client.blmove(done_key, done_key, block, "RIGHT", "LEFT")
             if element is not None:
                 reply = ops.decode_done(element)
         return self.core.outcome(job_id, reply)

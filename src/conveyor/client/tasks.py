@@ -17,10 +17,10 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, Unpack, overload
+from typing import Any, Generic, TypeVar, Unpack, cast, overload
 
 from conveyor.client.aio import AsyncQueue
-from conveyor.client.core import EnqueueOptions, Enqueued, QueueSettings
+from conveyor.client.core import Enqueued, EnqueueOptions, QueueSettings
 from conveyor.client.sync import Queue
 from conveyor.errors import ConfigurationError, UnknownOptionError
 from conveyor.options import ENQUEUE_OPTIONS, check_name, check_task_name
@@ -44,11 +44,13 @@ class Task(Generic[D, R]):
         return inspect.iscoroutinefunction(self.fn)
 
     def enqueue(self, data: D, **options: Unpack[EnqueueOptions]) -> Enqueued:
-        return self.tasks.queue().enqueue(self.name, data, **{**self.defaults, **options})
+        merged: EnqueueOptions = {**self.defaults, **options}
+        return self.tasks.queue().enqueue(self.name, data, **merged)
 
     async def aenqueue(self, data: D, **options: Unpack[EnqueueOptions]) -> Enqueued:
         queue = self.tasks.async_queue()
-        return await queue.enqueue(self.name, data, **{**self.defaults, **options})
+        merged: EnqueueOptions = {**self.defaults, **options}
+        return await queue.enqueue(self.name, data, **merged)
 
 
 class Tasks:
@@ -79,24 +81,19 @@ class Tasks:
         self, *, name: str | None = None, **defaults: Unpack[EnqueueOptions]
     ) -> Callable[[Callable[[D], R]], Task[D, R]]: ...
 
-    def task(
-        self,
-        fn: Callable[[D], R] | None = None,
-        /,
-        *,
-        name: str | None = None,
-        **defaults: Unpack[EnqueueOptions],
-    ) -> Task[D, R] | Callable[[Callable[[D], R]], Task[D, R]]:
+    def task(  # type: ignore[misc]  # one implementation serves both forms
+        self, fn: Any = None, /, *, name: str | None = None, **defaults: Any
+    ) -> Any:
         """Register a handler (sync or async) under its name or `name`."""
         unknown = set(defaults) - ENQUEUE_OPTIONS
         if unknown:
             raise UnknownOptionError(f"unknown task option(s): {sorted(unknown)}")
 
-        def register(handler: Callable[[D], R]) -> Task[D, R]:
+        def register(handler: Callable[[Any], Any]) -> Task[Any, Any]:
             task_name = check_task_name(name or handler.__name__)
             if task_name in self.handlers:
                 raise ConfigurationError(f"task {task_name!r} is registered twice")
-            task: Task[D, R] = Task(task_name, handler, self, EnqueueOptions(**defaults))
+            task: Task[Any, Any] = Task(task_name, handler, self, cast(EnqueueOptions, defaults))
             self.handlers[task_name] = task
             return task
 

@@ -72,10 +72,10 @@ class SyncRunner:
         script = self.scripts[call.script]
         with translated():
             try:
-                return self.client.execute_command("EVALSHA", *_argv(call, script))
+                return self.client.execute_command("EVALSHA", *_argv(call, script))  # type: ignore[no-untyped-call]
             except rx.NoScriptError:
                 self.client.script_load(script.source)
-                return self.client.execute_command("EVALSHA", *_argv(call, script))
+                return self.client.execute_command("EVALSHA", *_argv(call, script))  # type: ignore[no-untyped-call]
 
     def run_many(self, calls: Sequence[Call]) -> list[Any]:
         """Pipelined, not transactional; scripts missing on the server are
@@ -97,7 +97,7 @@ class SyncRunner:
     def _pipeline(self, calls: Sequence[Call]) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
         for call in calls:
-            pipe.execute_command("EVALSHA", *_argv(call, self.scripts[call.script]))
+            pipe.execute_command("EVALSHA", *_argv(call, self.scripts[call.script]))  # type: ignore[no-untyped-call]
         return list(pipe.execute(raise_on_error=False))
 
 
@@ -110,10 +110,10 @@ class AsyncRunner:
         script = self.scripts[call.script]
         with translated():
             try:
-                return await self.client.execute_command("EVALSHA", *_argv(call, script))
+                return await self.client.execute_command("EVALSHA", *_argv(call, script))  # type: ignore[no-untyped-call]
             except rx.NoScriptError:
                 await self.client.script_load(script.source)
-                return await self.client.execute_command("EVALSHA", *_argv(call, script))
+                return await self.client.execute_command("EVALSHA", *_argv(call, script))  # type: ignore[no-untyped-call]
 
     async def run_many(self, calls: Sequence[Call]) -> list[Any]:
         with translated():

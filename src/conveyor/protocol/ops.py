@@ -215,9 +215,7 @@ def decode_claim(reply: Sequence[Any]) -> ClaimReply:
     return ClaimReply(int(reply[0]), _optional_ms(reply[1]), jobs)
 
 
-def complete(
-    keys: QueueKeys, items: Sequence[tuple[str, str, str]], *, events_maxlen: int
-) -> Call:
+def complete(keys: QueueKeys, items: Sequence[tuple[str, str, str]], *, events_maxlen: int) -> Call:
     args: list[Arg] = [events_maxlen]
     for job_id, token, result in items:
         args.extend((job_id, token, result))
@@ -250,9 +248,7 @@ def decode_fail(reply: Sequence[Any]) -> list[str]:
     return [text(x) for x in reply]
 
 
-def release(
-    keys: QueueKeys, leases: Sequence[tuple[str, str]], *, events_maxlen: int
-) -> Call:
+def release(keys: QueueKeys, leases: Sequence[tuple[str, str]], *, events_maxlen: int) -> Call:
     args: list[Arg] = [events_maxlen]
     for job_id, token in leases:
         args.extend((job_id, token))
@@ -297,12 +293,8 @@ def decode_heartbeat(reply: Sequence[Any]) -> list[str]:
     return [text(x) for x in reply[1:]]
 
 
-def progress(
-    keys: QueueKeys, *, job_id: str, token: str, value: float, events_maxlen: int
-) -> Call:
-    return Call(
-        "progress", (keys.base, keys.events), (job_id, token, repr(value), events_maxlen)
-    )
+def progress(keys: QueueKeys, *, job_id: str, token: str, value: float, events_maxlen: int) -> Call:
+    return Call("progress", (keys.base, keys.events), (job_id, token, repr(value), events_maxlen))
 
 
 def await_job(keys: QueueKeys, job_id: str) -> Call:

@@ -43,7 +43,7 @@ def _expand(text: str) -> str:
     lines = []
     for line in text.splitlines():
         if line.startswith(_INCLUDE):
-            lines.append(_read(f"include/{line[len(_INCLUDE):].strip()}.lua"))
+            lines.append(_read(f"include/{line[len(_INCLUDE) :].strip()}.lua"))
         else:
             lines.append(line)
     return "\n".join(lines) + "\n"

@@ -1,10 +1,10 @@
 """The job a handler is running, reachable through a contextvar.
 
-    from conveyor.worker import current_job
+from conveyor.worker import current_job
 
-    def resize(data):
-        job = current_job()
-        job.progress(3, 10)     # or job.progress(0.3)
+def resize(data):
+    job = current_job()
+    job.progress(3, 10)     # or job.progress(0.3)
 """
 
 from __future__ import annotations

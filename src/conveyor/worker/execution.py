@@ -6,7 +6,7 @@ import asyncio
 import contextvars
 import traceback
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from conveyor import serializers
@@ -27,6 +27,9 @@ class Running:
     handler: Task[Any, Any] | None
     problem: str | None  # set when the job cannot run at all (corrupt record)
     scope: asyncio.Timeout | None = None
+    # progress writes still in flight: the outcome is written after them,
+    # or the ended run would refuse them
+    pending: list[asyncio.Future[Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

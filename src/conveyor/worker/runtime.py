@@ -9,6 +9,7 @@ thread renews leases and reaps expired ones; an ack buffer writes outcomes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -25,8 +26,8 @@ import redis.asyncio
 
 from conveyor import serializers
 from conveyor.client.aio import AsyncQueue
-from conveyor.client.sync import connect as connect_sync
 from conveyor.client.core import resolve_url
+from conveyor.client.sync import connect as connect_sync
 from conveyor.client.tasks import Tasks
 from conveyor.client.transport import AsyncRunner, SyncRunner
 from conveyor.errors import ConfigurationError, ConnectionLostError, ServerError
@@ -125,10 +126,8 @@ class Worker:
         finally:
             heartbeat.stop()
             self._remove_signals(loop)
-            try:
+            with contextlib.suppress(redis.RedisError, OSError):
                 await asyncio.to_thread(heartbeat.leave)
-            except (redis.RedisError, OSError):
-                pass
             self._executor.shutdown(wait=False, cancel_futures=True)
             await blocker.aclose()
             await queue.close()
@@ -159,7 +158,7 @@ class Worker:
             interval=self.settings.beat_every,
             info=self._info,
             leases=lambda: [(i, r.ctx.token) for i, r in list(self._held.items())],
-            on_lost=lambda ids: loop.call_soon_threadsafe(self._lose, ids),
+            on_lost=lambda ids: _call_soon(loop, self._lose, ids),
         )
 
     def _info(self) -> str:
@@ -254,9 +253,7 @@ class Worker:
             timeout = min(timeout, max(0.001, (reply.next_due_ms - reply.now_ms) / 1000))
         if self.settings.burst:
             timeout = min(timeout, 0.05)
-        self._wait_task = asyncio.create_task(
-            self._blocker.bzpopmin(self._queue.core.keys.marker, timeout)
-        )
+        self._wait_task = asyncio.create_task(self._block(timeout))
         try:
             await self._wait_task
         except asyncio.CancelledError:
@@ -267,6 +264,9 @@ class Worker:
             await asyncio.sleep(0.1 + random.random() * 0.4)
         finally:
             self._wait_task = None
+
+    async def _block(self, timeout: float) -> Any:
+        return await self._blocker.bzpopmin(self._queue.core.keys.marker, timeout)
 
     # --- jobs --------------------------------------------------------------------
 
@@ -303,6 +303,8 @@ class Worker:
             try:
                 if not running.ctx.lost:
                     outcome = await execute(running, self._executor)
+                    if running.pending:
+                        await asyncio.gather(*running.pending, return_exceptions=True)
                     if outcome is not None:
                         self._acks.add(running.ctx.id, running.ctx.token, outcome)
                         continue
@@ -334,6 +336,9 @@ class Worker:
                 running.scope.reschedule(asyncio.get_running_loop().time())
 
     def _progress(self, ctx: JobContext, fraction: float) -> None:
+        """Write progress from a handler: async handlers go on at once, sync
+        ones (in a pool thread) wait for the write."""
+        running = self._held.get(ctx.id)
         core = self._queue.core
         call = ops.progress(
             core.keys,
@@ -342,14 +347,19 @@ class Worker:
             value=fraction,
             events_maxlen=core.settings.events_maxlen,
         )
-        coro = self._runner.run(call)
         try:
             asyncio.get_running_loop()
-            task = asyncio.ensure_future(coro)
-            task.add_done_callback(_log_failure)
         except RuntimeError:  # a sync handler's thread
-            future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-            future.add_done_callback(_log_failure)
+            future = asyncio.run_coroutine_threadsafe(self._runner.run(call), self._loop)
+            try:
+                future.result(timeout=self.settings.lease)
+            except Exception as exc:  # progress is best effort: the job goes on
+                log.warning("progress update failed: %s", exc)
+            return
+        task = asyncio.ensure_future(self._runner.run(call))
+        task.add_done_callback(_log_failure)
+        if running is not None:
+            running.pending.append(task)
 
     # --- shutdown ------------------------------------------------------------------
 
@@ -394,6 +404,10 @@ class Worker:
         for job_id, _ in leases:
             self._held.pop(job_id, None)
         log.info("gave back %d unfinished job(s)", len(leases))
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
+    loop.call_soon_threadsafe(fn, *args)
 
 
 def _log_failure(future: Any) -> None:

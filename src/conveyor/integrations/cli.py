@@ -1,0 +1,134 @@
+"""The `conveyor` command line: run workers, inspect queues, run Redis."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+from contextlib import ExitStack
+from typing import Any
+
+import click
+
+from conveyor.client.core import URL_VARIABLES
+from conveyor.client.sync import Queue
+from conveyor.client.tasks import Tasks
+from conveyor.errors import ConveyorError
+from conveyor.integrations.embedded import EmbeddedRedis
+from conveyor.worker.runtime import Worker, WorkerSettings
+
+url_option = click.option(
+    "--url", envvar=list(URL_VARIABLES), help="Redis URL (default: the embedded server)."
+)
+
+
+def load_tasks(target: str) -> Tasks:
+    """Import `module:attribute` (from the current directory too)."""
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise click.BadParameter("expected module:attribute, e.g. app:tasks")
+    sys.path.insert(0, os.getcwd())
+    try:
+        found: Any = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise click.BadParameter(f"cannot load {target}: {exc}") from exc
+    if not isinstance(found, Tasks):
+        raise click.BadParameter(f"{target} is a {type(found).__name__}, not conveyor Tasks")
+    return found
+
+
+def redis_url(url: str | None, stack: ExitStack) -> str:
+    """The given URL, else the embedded server (started or reused)."""
+    if url:
+        return url
+    embedded = stack.enter_context(EmbeddedRedis())
+    click.echo(f"using the embedded Redis at {embedded.url}", err=True)
+    return embedded.url
+
+
+@click.group()
+@click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
+def main(verbose: int) -> None:
+    """Conveyor: a Redis-backed job queue."""
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@main.command()
+@click.argument("target")
+@url_option
+@click.option("-c", "--concurrency", default=10, show_default=True)
+@click.option("--lease", default=30.0, show_default=True, help="Lease length, seconds.")
+@click.option("--grace", default=30.0, show_default=True, help="SIGTERM grace, seconds.")
+@click.option("--burst", is_flag=True, help="Drain the queue, then exit.")
+def worker(
+    target: str, url: str | None, concurrency: int, lease: float, grace: float, burst: bool
+) -> None:
+    """Run a worker for the tasks at TARGET (module:attribute)."""
+    tasks = load_tasks(target)
+    settings = WorkerSettings(concurrency=concurrency, lease=lease, grace=grace, burst=burst)
+    with ExitStack() as stack:
+        run = Worker(tasks, url=redis_url(url or tasks.url, stack), settings=settings)
+        click.echo(f"worker {run.id}: queue {tasks.queue_name!r}, tasks {sorted(tasks.handlers)}")
+        run.run_sync()
+        click.echo(f"worker {run.id}: {run.processed} completed, {run.failed} failed")
+
+
+@main.command()
+@click.argument("queue", default="default")
+@url_option
+def info(queue: str, url: str | None) -> None:
+    """Job counts per state and the live workers of QUEUE."""
+    with ExitStack() as stack, Queue(queue, url=redis_url(url, stack)) as q:
+        counts = {state.value: n for state, n in q.counts().items()}
+        workers = [{"id": w.id, **w.info} for w in q.workers()]
+        click.echo(json.dumps({"queue": queue, "counts": counts, "workers": workers}, indent=2))
+
+
+@main.command()
+@click.argument("queue")
+@click.argument("task")
+@click.argument("data", default="null")
+@url_option
+@click.option("--id", "job_id", default=None)
+@click.option("--delay", type=float, default=None)
+@click.option("--priority", default=None)
+def enqueue(
+    queue: str,
+    task: str,
+    data: str,
+    url: str | None,
+    job_id: str | None,
+    delay: float | None,
+    priority: str | None,
+) -> None:
+    """Enqueue one job of TASK with JSON DATA."""
+    options: dict[str, Any] = {"id": job_id, "delay": delay}
+    if priority is not None:
+        options["priority"] = int(priority) if priority.isdigit() else priority
+    with ExitStack() as stack, Queue(queue, url=redis_url(url, stack)) as q:
+        done = q.enqueue(
+            task, json.loads(data), **{k: v for k, v in options.items() if v is not None}
+        )
+        click.echo(json.dumps({"id": done.id, "outcome": done.outcome, "state": done.state}))
+
+
+@main.command()
+def redis() -> None:
+    """Run the embedded Redis in the foreground until Ctrl-C."""
+    stop = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+    with EmbeddedRedis() as embedded:
+        click.echo(f"embedded Redis at {embedded.url} (Ctrl-C stops it)")
+        signal.sigwait(stop)
+
+
+def run() -> None:
+    try:
+        main(standalone_mode=True)
+    except ConveyorError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from exc
