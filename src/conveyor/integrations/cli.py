@@ -132,3 +132,7 @@ def run() -> None:
     except ConveyorError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from exc
+
+
+if __name__ == "__main__":
+    run()

@@ -81,3 +81,8 @@ class QueueKeys:
 
     def worker(self, worker_id: str) -> str:
         return self.base + "worker:" + worker_id
+
+    def wake(self, worker_id: str) -> str:
+        """A worker's own wake-up zset, blocked on beside the marker, so it
+        can be woken to stop without cancelling a blocking command."""
+        return self.base + "wake:" + worker_id

@@ -84,6 +84,7 @@ class Worker:
         self._slot_freed = asyncio.Event()
         self._all_done = asyncio.Event()
         self._wait_task: asyncio.Task[Any] | None = None
+        self._wake_task: asyncio.Future[None] | None = None
         self._inbox: asyncio.Queue[Running] = asyncio.Queue()
         self._executor = ThreadPoolExecutor(
             self.settings.concurrency, thread_name_prefix="conveyor-job"
@@ -105,7 +106,14 @@ class Worker:
         self._stopping = True
         self._slot_freed.set()
         if self._wait_task is not None:
-            self._wait_task.cancel()
+            self._wake_task = asyncio.ensure_future(self._wake_self())
+
+    async def _wake_self(self) -> None:
+        """End our blocking wait by writing to our own wake key."""
+        try:
+            await self._queue.client.zadd(self._queue.core.keys.wake(self.id), {"stop": 0})
+        except redis.RedisError:  # Redis away: the wait ends by its timeout
+            log.debug("could not wake the blocked wait")
 
     async def run(self) -> None:
         queue = AsyncQueue(self.tasks.queue_name, url=self.url, settings=self.tasks.settings)
@@ -128,6 +136,7 @@ class Worker:
             self._remove_signals(loop)
             with contextlib.suppress(redis.RedisError, OSError):
                 await asyncio.to_thread(heartbeat.leave)
+                await queue.client.delete(queue.core.keys.wake(self.id))
             self._executor.shutdown(wait=False, cancel_futures=True)
             await blocker.aclose()
             await queue.close()
@@ -253,6 +262,8 @@ class Worker:
             timeout = min(timeout, max(0.001, (reply.next_due_ms - reply.now_ms) / 1000))
         if self.settings.burst:
             timeout = min(timeout, 0.05)
+        if self._stopping:
+            return
         self._wait_task = asyncio.create_task(self._block(timeout))
         try:
             await self._wait_task
@@ -266,7 +277,8 @@ class Worker:
             self._wait_task = None
 
     async def _block(self, timeout: float) -> Any:
-        return await self._blocker.bzpopmin(self._queue.core.keys.marker, timeout)
+        keys = self._queue.core.keys
+        return await self._blocker.bzpopmin([keys.marker, keys.wake(self.id)], timeout)
 
     # --- jobs --------------------------------------------------------------------
 

@@ -1,0 +1,124 @@
+"""Enqueue, upsert, bulk enqueue, cancel and inspection, through both clients."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import redis
+
+from conveyor import JobRequest, JobState
+from conveyor.errors import ValidationError
+from conveyor.options import PRIORITIES
+
+
+def test_enqueue_creates_a_waiting_job_with_defaults(queue: Any) -> None:
+    done = queue.enqueue("send", {"to": "a@example.com"})
+    assert (done.outcome, done.state) == ("created", JobState.WAITING)
+    job = queue.get(done.id)
+    assert job.state is JobState.WAITING
+    assert (job.task, job.data) == ("send", {"to": "a@example.com"})
+    assert (job.attempts, job.failures, job.stalls) == (0, 0, 0)
+    assert (job.max_failures, job.max_stalls, job.priority) == (3, 3, PRIORITIES["normal"])
+    assert job.created_at is not None and job.started_at is None
+    assert queue.counts()[JobState.WAITING] == 1
+
+
+def test_enqueue_with_every_option_is_stored(queue: Any) -> None:
+    done = queue.enqueue(
+        "t",
+        [1, 2],
+        id="job-1",
+        priority="high",
+        max_failures=7,
+        max_stalls=2,
+        min_backoff=0.5,
+        max_backoff=60,
+        timeout=timedelta(seconds=9),
+        result_ttl=120,
+    )
+    job = queue.get("job-1")
+    assert done.id == "job-1"
+    assert (job.priority, job.max_failures, job.max_stalls) == (0, 7, 2)
+    assert (job.min_backoff, job.max_backoff, job.timeout, job.result_ttl) == (0.5, 60, 9, 120)
+
+
+def test_delay_and_run_at_make_delayed_jobs(queue: Any) -> None:
+    later = queue.enqueue("t", None, delay=60)
+    at = queue.enqueue("t", None, run_at=datetime.now(UTC) + timedelta(minutes=5))
+    past = queue.enqueue("t", None, run_at=datetime.now(UTC) - timedelta(minutes=5))
+    assert later.state is JobState.DELAYED and at.state is JobState.DELAYED
+    assert past.state is JobState.WAITING
+    job = queue.get(at.id)
+    assert job.run_at > datetime.now(UTC) + timedelta(minutes=4)
+    assert queue.counts()[JobState.DELAYED] == 2
+
+
+def test_enqueue_of_a_waiting_id_updates_it(queue: Any) -> None:
+    queue.enqueue("t", {"v": 1}, id="same")
+    again = queue.enqueue("t", {"v": 2}, id="same")
+    assert again.outcome == "updated"
+    assert queue.get("same").data == {"v": 2}
+    kept = queue.enqueue("t", {"v": 3}, id="same", update_data=False)
+    assert kept.outcome == "updated"
+    assert queue.get("same").data == {"v": 2}
+    assert queue.counts()[JobState.WAITING] == 1
+
+
+def test_update_run_at_rules(queue: Any) -> None:
+    queue.enqueue("t", None, id="d", delay=100)
+    first = queue.get("d").run_at
+    queue.enqueue("t", None, id="d", delay=500, update_run_at="if_earlier")
+    assert queue.get("d").run_at == first
+    queue.enqueue("t", None, id="d", delay=500, update_run_at="if_later")
+    assert queue.get("d").run_at > first
+    queue.enqueue("t", None, id="d", update_run_at=False)
+    assert queue.get("d").state is JobState.DELAYED
+    moved = queue.enqueue("t", None, id="d")
+    assert moved.state is JobState.WAITING
+    assert queue.counts()[JobState.DELAYED] == 0
+
+
+def test_enqueue_many_validates_everything_first(queue: Any, redis_client: redis.Redis) -> None:
+    jobs = [JobRequest("t", i, {"id": f"j{i}"}) for i in range(1200)]
+    done = queue.enqueue_many(jobs, chunk_size=500)
+    assert [d.id for d in done] == [f"j{i}" for i in range(1200)]
+    assert queue.counts()[JobState.WAITING] == 1200
+    before = redis_client.dbsize()
+    with pytest.raises(ValidationError):
+        queue.enqueue_many([("t", 1), ("t", float("nan"))])
+    assert redis_client.dbsize() == before
+
+
+def test_cancel_removes_waiting_and_delayed_jobs(queue: Any) -> None:
+    queue.enqueue("t", None, id="w")
+    queue.enqueue("t", None, id="d", delay=60)
+    assert queue.cancel("w") is True
+    assert queue.cancel("d") is True
+    assert queue.cancel("w") is False
+    assert queue.cancel("never") is False
+    assert queue.get("w") is None
+    assert sum(queue.counts().values()) == 0
+
+
+def test_get_of_a_missing_job_is_none(queue: Any) -> None:
+    assert queue.get("nope") is None
+
+
+def test_events_record_creation(queue: Any) -> None:
+    done = queue.enqueue("t", None)
+    events = queue.events(after="0-0")
+    assert [(e.name, e.job_id) for e in events] == [("created", done.id)]
+    assert events[0].fields["state"] == "waiting"
+    assert events[0].at is not None
+    assert queue.events(after=events[-1].stream_id) == []
+
+
+def test_pause_and_resume_are_recorded(queue: Any, redis_client: redis.Redis) -> None:
+    queue.pause()
+    meta = queue.core.keys.meta if hasattr(queue, "core") else queue.inner.core.keys.meta
+    assert redis_client.hget(meta, "paused") == b"1"
+    queue.enqueue("t", None)  # producers keep enqueueing
+    queue.resume()
+    assert redis_client.hget(meta, "paused") is None
