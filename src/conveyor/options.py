@@ -6,9 +6,10 @@ error and leaves Redis untouched.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -156,6 +157,35 @@ def _group(value: object) -> str:
     return check_name(value, "group key")
 
 
+# Validators of the options that have a per-queue default, by option name.
+_DEFAULTED: dict[str, Any] = {
+    "priority": check_priority,
+    "max_failures": lambda v: _count(v, "max_failures", minimum=1),
+    "max_stalls": lambda v: _count(v, "max_stalls", minimum=1),
+    "min_backoff": lambda v: _seconds(v, "min_backoff"),
+    "max_backoff": lambda v: _seconds(v, "max_backoff"),
+    "timeout": lambda v: _seconds(v, "timeout"),
+    "result_ttl": lambda v: _seconds(v, "result_ttl"),
+}
+_DEFAULT_RULES = UpsertRules()
+
+
+@functools.lru_cache(maxsize=64)
+def _validated_defaults(defaults: JobDefaults) -> dict[str, Any]:
+    """A queue's defaults validated once, not once per job."""
+    return {name: check(getattr(defaults, name)) for name, check in _DEFAULTED.items()}
+
+
+def _payload(data: Any, max_payload: int) -> str:
+    payload = serializers.dumps(data)
+    # a str of n characters is at most 4n bytes: encode only when it could be too big
+    if len(payload) * 4 > max_payload:
+        size = len(payload.encode("utf-8"))
+        if size > max_payload:
+            raise PayloadTooLargeError(f"data is {size} bytes, over the {max_payload}-byte limit")
+    return payload
+
+
 def build_spec(
     task: str,
     data: Any,
@@ -165,38 +195,36 @@ def build_spec(
     max_payload: int,
 ) -> JobSpec:
     """Validate one job's task, data and options into a JobSpec."""
-    unknown = set(options) - ENQUEUE_OPTIONS
-    if unknown:
-        raise UnknownOptionError(
-            f"unknown option(s) {sorted(unknown)}; valid: {sorted(ENQUEUE_OPTIONS)}"
-        )
-    payload = serializers.dumps(data)
-    if len(payload.encode("utf-8")) > max_payload:
-        raise PayloadTooLargeError(
-            f"data is {len(payload.encode('utf-8'))} bytes, over the {max_payload}-byte limit"
-        )
+    values = _validated_defaults(defaults)
+    if options:
+        unknown = set(options) - ENQUEUE_OPTIONS
+        if unknown:
+            raise UnknownOptionError(
+                f"unknown option(s) {sorted(unknown)}; valid: {sorted(ENQUEUE_OPTIONS)}"
+            )
+        values = dict(values)
+        for name in options.keys() & _DEFAULTED.keys():
+            values[name] = _DEFAULTED[name](options[name])
+        if values["max_backoff"] < values["min_backoff"]:
+            raise ValidationError("max_backoff must be >= min_backoff")
     delay, run_at = options.get("delay"), options.get("run_at")
     if delay is not None and run_at is not None:
         raise ValidationError("give delay or run_at, not both")
-    o = {f.name: options.get(f.name, getattr(defaults, f.name)) for f in fields(defaults)}
-    min_backoff = _seconds(o["min_backoff"], "min_backoff")
-    max_backoff = _seconds(o["max_backoff"], "max_backoff")
-    if max_backoff < min_backoff:
-        raise ValidationError("max_backoff must be >= min_backoff")
+    job_id = options.get("id")
     return JobSpec(
-        id=check_job_id(options["id"]) if options.get("id") is not None else new_job_id(),
+        id=new_job_id() if job_id is None else check_job_id(job_id),
         task=check_task_name(task),
-        data=payload,
-        priority=check_priority(o["priority"]),
+        data=_payload(data, max_payload),
+        priority=values["priority"],
         delay_ms=None if delay is None else _seconds(delay, "delay"),
         run_at_ms=None if run_at is None else _run_at_ms(run_at),
-        max_failures=_count(o["max_failures"], "max_failures", minimum=1),
-        max_stalls=_count(o["max_stalls"], "max_stalls", minimum=1),
-        min_backoff_ms=min_backoff,
-        max_backoff_ms=max_backoff,
-        timeout_ms=_seconds(o["timeout"], "timeout"),
-        result_ttl_ms=_seconds(o["result_ttl"], "result_ttl"),
-        lifo=_bool(options.get("lifo", False), "lifo"),
+        max_failures=values["max_failures"],
+        max_stalls=values["max_stalls"],
+        min_backoff_ms=values["min_backoff"],
+        max_backoff_ms=values["max_backoff"],
+        timeout_ms=values["timeout"],
+        result_ttl_ms=values["result_ttl"],
+        lifo=_bool(options.get("lifo", False), "lifo") if options else False,
         group=_group(options.get("group")),
-        rules=_rules(options),
+        rules=_rules(options) if options else _DEFAULT_RULES,
     )

@@ -50,7 +50,7 @@ class WorkerSettings:
     heartbeat_interval: float | None = None  # default: lease / 3
     grace: float = 30.0  # SIGTERM: how long running jobs may finish
     burst: bool = False  # drain the queue, then exit
-    idle_wait: float = 5.0  # longest single block on Redis when idle
+    idle_wait: float = 5.0  # longest single block on Redis when idle; burst's horizon
     promote_batch: int = 1000
 
     def __post_init__(self) -> None:
@@ -232,9 +232,17 @@ class Worker:
                 continue
             if reply.jobs:
                 continue
-            if self.settings.burst and not self._in_flight:
+            if self.settings.burst and self._drained(reply):
                 return
             await self._wait_for_work(reply)
+
+    def _drained(self, reply: ops.ClaimReply) -> bool:
+        """Burst mode ends when nothing is ready or running here and no
+        delayed job (a retry, say) comes due within idle_wait."""
+        if self._in_flight:
+            return False
+        horizon = reply.now_ms + to_ms(self.settings.idle_wait)
+        return reply.next_due_ms is None or reply.next_due_ms > horizon
 
     async def _claim(self, count: int) -> ops.ClaimReply:
         core = self._queue.core
@@ -260,7 +268,7 @@ class Worker:
         timeout = self.settings.idle_wait
         if reply.next_due_ms is not None:
             timeout = min(timeout, max(0.001, (reply.next_due_ms - reply.now_ms) / 1000))
-        if self.settings.burst:
+        if self.settings.burst and not self._in_flight and reply.next_due_ms is None:
             timeout = min(timeout, 0.05)
         if self._stopping:
             return

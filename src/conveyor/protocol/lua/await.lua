@@ -11,6 +11,9 @@
 --   end will RPUSH "<state>\n<payload>" to done:<id> (kept 60 s). The caller
 --   then blocks on done:<id> with BLMOVE done:<id> done:<id> (so every
 --   waiter sees the element) until its timeout.
+--
+-- Effects: when pending, `waiters` + 1; the first waiter of a run deletes
+-- done:<id>, a notification an earlier run of the same id left behind.
 -- Complexity: O(1).
 
 -- @include common
@@ -27,5 +30,7 @@ end
 if f[1] == 'failed' then
   return {'failed', f[3] or ''}
 end
-redis.call('HINCRBY', job_key, 'waiters', 1)
+if redis.call('HINCRBY', job_key, 'waiters', 1) == 1 then
+  redis.call('DEL', base .. 'done:' .. id)
+end
 return {'pending'}

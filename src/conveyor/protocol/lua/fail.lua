@@ -16,12 +16,15 @@
 --
 -- Backoff: min(max_backoff, min_backoff * 2^(failures - 1)), then scaled by
 -- 0.5 + jitter / 2 and clamped to at least min_backoff ("equal jitter").
+-- A merged blocked twin may push the retry later (to its run_at), never earlier.
+-- A record missing max_failures fails for good; missing backoffs count as 0.
 --
 -- Returns, per job in order: 'retried' | 'delayed' (retry scheduled) |
 -- 'failed' (no retries left, or permanent) | 'lost' (lease lost: refused).
 --
 -- Effects: failures + 1 and error; the job leaves `active`; then either
--- ready/scheduled again (a `retried` event) or state failed, kept
+-- ready/scheduled again, a blocked twin merged (a `retried` event with the
+-- error and delay_ms, the delay actually applied) or state failed, kept
 -- result_ttl ms in `failed`, waiters told, a blocked twin released (a
 -- `failed` event). Up to 2 expired failed records swept per job.
 -- Complexity: O(batch * log N).
@@ -36,7 +39,7 @@ local maxlen = ARGV[1]
 local now = now_ms()
 
 local function backoff(f, failures, jitter)
-  local low, high = tonumber(f[4]), tonumber(f[5])
+  local low, high = tonumber(f[4] or '0'), tonumber(f[5] or '0')
   local delay = math.min(high, low * 2 ^ (failures - 1))
   return math.floor(math.max(low, delay * (0.5 + jitter / 2)))
 end
@@ -52,9 +55,9 @@ local function fail_for_good(job_key, id, err, ttl)
 end
 
 local function retry(job_key, id, err, delay)
-  merge_blocked(job_key, id, blocked_index)
-  local state = place(job_key, id, now + delay, now, ready, scheduled, marker)
-  emit(events, maxlen, 'event', 'retried', 'id', id, 'error', err, 'delay_ms', delay)
+  local due = merge_blocked(job_key, id, blocked_index, now + delay)
+  local state = place(job_key, id, due, now, ready, scheduled, marker)
+  emit(events, maxlen, 'event', 'retried', 'id', id, 'error', err, 'delay_ms', due - now)
   return state == 'waiting' and 'retried' or 'delayed'
 end
 
@@ -72,7 +75,7 @@ for i = 2, #ARGV, 6 do
     redis.call('HDEL', job_key, 'token')
     local failures = redis.call('HINCRBY', job_key, 'failures', 1)
     redis.call('HSET', job_key, 'error', err)
-    if permanent == '1' or failures >= tonumber(f[3]) then
+    if permanent == '1' or failures >= tonumber(f[3] or '1') then
       out[#out + 1] = fail_for_good(job_key, id, err, f[6])
     else
       local delay = override ~= '' and tonumber(override) or backoff(f, failures, jitter)

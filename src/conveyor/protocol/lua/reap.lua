@@ -17,9 +17,11 @@
 --   sleep until it.
 --
 -- Effects: per expired lease: stalls + 1, the token removed (the old
--- worker's writes are refused from now on); back to ready at its old place
--- (a `stalled` event), or state failed with error "stalled" once stalls
--- reaches max_stalls (a `failed` event, waiters told, a blocked twin released).
+-- worker's writes are refused from now on); back to ready at its old place,
+-- a blocked twin merged (scheduled instead if the merge set a later run_at;
+-- a `stalled` event), or state failed with error "stalled" once stalls
+-- reaches max_stalls (a `failed` event, waiters told, a blocked twin released;
+-- up to 2 expired failed records swept per job failed).
 -- Complexity: O(batch * log N).
 
 -- @include common
@@ -54,13 +56,14 @@ for _, id in ipairs(expired) do
       end
       failed_count = failed_count + 1
     else
-      merge_blocked(job_key, id, blocked_index)
-      place(job_key, id, now, now, ready, scheduled, marker)
+      local due = merge_blocked(job_key, id, blocked_index, now)
+      place(job_key, id, due, now, ready, scheduled, marker)
       emit(events, maxlen, 'event', 'stalled', 'id', id, 'stalls', stalls)
       recovered = recovered + 1
     end
   end
 end
+sweep(failed, now, 2 * failed_count)
 local first = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
 local next_deadline = -1
 if #first > 0 then next_deadline = tonumber(first[2]) end

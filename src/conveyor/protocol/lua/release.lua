@@ -14,7 +14,8 @@
 --
 -- Returns, per job in order: 1 = released, 0 = lease already lost.
 -- Effects: the job leaves `active`, attempts - 1 (the attempt never ran to
--- an end), back to ready at its old place, a blocked twin merged;
+-- an end), back to ready at its old place, a blocked twin merged
+-- (scheduled instead if the merge set a later run_at);
 -- a `released` event; the marker wakes another worker.
 -- Complexity: O(batch * log N).
 
@@ -38,8 +39,8 @@ for i = 2, #ARGV, 2 do
     redis.call('ZREM', active, id)
     redis.call('HDEL', job_key, 'token')
     redis.call('HINCRBY', job_key, 'attempts', -1)
-    merge_blocked(job_key, id, blocked_index)
-    place(job_key, id, now, now, ready, scheduled, marker)
+    local due = merge_blocked(job_key, id, blocked_index, now)
+    place(job_key, id, due, now, ready, scheduled, marker)
     emit(events, maxlen, 'event', 'released', 'id', id)
     out[#out + 1] = 1
   end

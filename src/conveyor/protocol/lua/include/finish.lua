@@ -73,18 +73,20 @@ local function release_blocked(job_key, id, now, ready, scheduled, marker, block
 end
 
 -- When a run ends in a retry, a blocked twin is merged into the job by the
--- upsert rules its enqueue asked for, instead of replacing it.
-local function merge_blocked(job_key, id, blocked_index)
+-- upsert rules its enqueue asked for, instead of replacing it. Returns the
+-- earliest time the job may run again: `due`, or the merged run_at if later.
+local function merge_blocked(job_key, id, blocked_index, due)
   local blocked_key = base .. 'blocked:' .. id
   local flat = redis.call('HGETALL', blocked_key)
   if #flat == 0 then
-    return
+    return due
   end
   local twin = {}
   for i = 1, #flat, 2 do
     twin[flat[i]] = flat[i + 1]
   end
-  upsert(job_key, twin)
+  local run_at = upsert(job_key, twin)
   redis.call('DEL', blocked_key)
   redis.call('ZREM', blocked_index, id)
+  return math.max(due, run_at)
 end

@@ -1,0 +1,287 @@
+"""Redis access the Spark formats need and the client API does not offer yet.
+
+DESIGN.md §1 says integrations use the public client API, never raw keys. These are the
+exceptions, each a thin, documented function over `QueueKeys` names, kept in this one module
+so that each can move into `conveyor.client` (or become a Lua transition) without touching
+the data sources. docs/spark.md lists them as requests to the client.
+
+Every key used here carries the queue's hash tag, so all of it is Redis Cluster-safe.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+import redis
+from redis import exceptions as rx
+
+from conveyor.job import JobState
+from conveyor.protocol.keys import QueueKeys
+from conveyor.protocol.ops import JobSpec, UpsertRules, text
+
+__all__ = [
+    "STATES",
+    "consumer_positions",
+    "existing_ids",
+    "fetch_jobs",
+    "forget_finished",
+    "index_key",
+    "raw_streams",
+    "register_consumer",
+    "trim_events",
+]
+
+# State -> (index key, record key pattern). `blocked` rows are the blocked twins of
+# running singletons (same id as the active job). waiting_children has no index.
+STATES: tuple[str, ...] = ("waiting", "delayed", "active", "completed", "failed", "blocked")
+_LIVE_INDEXES = ("ready", "scheduled", "active", "completed", "failed")
+
+
+def index_key(keys: QueueKeys, state: str) -> str:
+    return {
+        JobState.WAITING: keys.ready,
+        JobState.DELAYED: keys.scheduled,
+        JobState.ACTIVE: keys.active,
+        JobState.COMPLETED: keys.completed,
+        JobState.FAILED: keys.failed,
+        JobState.BLOCKED: keys.blocked,
+    }[JobState(state)]
+
+
+def record_pattern(keys: QueueKeys, state: str) -> str:
+    """The `SORT ... GET` pattern of the records indexed under `state`."""
+    return keys.blocked_job("*") if state == JobState.BLOCKED else keys.job("*")
+
+
+def raw_streams(client: redis.Redis) -> redis.Redis:
+    """Make XRANGE / XREVRANGE return raw replies: [[id, [f, v, ...]], ...]. Decoding
+    them into columns directly is about twice as fast as redis-py's dict per entry."""
+    for command in ("XRANGE", "XREVRANGE"):
+        client.set_response_callback(command, lambda reply, **_: reply)
+    return client
+
+
+# --- enqueue: what already exists -------------------------------------------------------
+
+
+def existing_ids(client: redis.Redis, keys: QueueKeys, ids: Sequence[str]) -> set[str]:
+    """The ids among `ids` that are a job of the queue in any state (waiting, delayed,
+    active, or finished and still retained), read atomically (MULTI of ZMSCORE, Redis 6.2+).
+
+    Requested from the client: an enqueue flag `if_exists="skip"` in enqueue.lua, which would
+    make this read unnecessary (see docs/spark.md, "Requests to the core").
+    """
+    if not ids:
+        return set()
+    pipe = client.pipeline(transaction=True)
+    for name in _LIVE_INDEXES:
+        pipe.execute_command("ZMSCORE", getattr(keys, name), *ids)  # type: ignore[no-untyped-call]
+    found: set[str] = set()
+    for scores in pipe.execute():
+        found.update(job_id for job_id, score in zip(ids, scores, strict=True) if score is not None)
+    return found
+
+
+def encode_specs(specs: Sequence[JobSpec]) -> str:
+    """A chunk of validated specs as JSON, for staging (atomic writes)."""
+    return json.dumps([asdict(spec) for spec in specs], separators=(",", ":"))
+
+
+def decode_specs(blob: bytes | str) -> list[JobSpec]:
+    specs = []
+    for item in json.loads(blob):
+        item["rules"] = UpsertRules(**item["rules"])
+        specs.append(JobSpec(**item))
+    return specs
+
+
+# --- atomic writes: staging ---------------------------------------------------------------
+
+
+def staging_registry(keys: QueueKeys, write_id: str) -> str:
+    return f"{keys.base}staging:{write_id}"
+
+
+def staging_key(keys: QueueKeys, write_id: str, partition: int, attempt: int) -> str:
+    return f"{keys.base}staging:{write_id}:{partition}:{attempt}"
+
+
+def stage(
+    client: redis.Redis, keys: QueueKeys, write_id: str, key: str, blobs: Sequence[str], ttl_s: int
+) -> None:
+    """Append chunks to a task attempt's staging list, registered for commit and abort.
+    Both expire after `ttl_s`, so a driver that died mid-write leaves nothing for ever."""
+    registry = staging_registry(keys, write_id)
+    pipe = client.pipeline(transaction=False)
+    pipe.sadd(registry, key)
+    pipe.expire(registry, ttl_s)
+    if blobs:
+        pipe.rpush(key, *blobs)
+    pipe.expire(key, ttl_s)
+    pipe.execute()
+
+
+def staged_chunks(client: redis.Redis, key: str, page: int = 16) -> Iterable[list[JobSpec]]:
+    start = 0
+    while True:
+        blobs = client.lrange(key, start, start + page - 1)
+        for blob in blobs:
+            yield decode_specs(blob)
+        if len(blobs) < page:
+            return
+        start += page
+
+
+def drop_staging(client: redis.Redis, keys: QueueKeys, write_id: str) -> int:
+    """Delete every staging list of a write (failed attempts too) and the registry."""
+    registry = staging_registry(keys, write_id)
+    members = [text(m) for m in client.smembers(registry)]
+    for i in range(0, len(members), 500):
+        client.delete(*members[i : i + 500])
+    client.delete(registry)
+    return len(members)
+
+
+# --- reading jobs ---------------------------------------------------------------------------
+
+
+def rank_of_score(client: redis.Redis, key: str, score: float) -> int:
+    """How many entries of `key` score below `score`."""
+    return int(client.zcount(key, "-inf", f"({score!r}"))
+
+
+def fetch_jobs(
+    client: redis.Redis,
+    keys: QueueKeys,
+    state: str,
+    fields: Sequence[str],
+    start: int,
+    count: int,
+) -> list[Any]:
+    """Records at ranks [start, start + count) of `state`'s index, flat: per job its id,
+    then `fields` (None where absent). One `SORT key BY nosort LIMIT .. GET ..` per page:
+    about 3x the speed of pipelined HMGETs, all work in one server call. Where SORT's GET
+    patterns are refused (Redis Cluster before 8, ACLs without @dangerous), falls back to
+    ZRANGE + pipelined HMGET with the same result."""
+    key = index_key(keys, state)
+    pattern = record_pattern(keys, state)
+    gets: list[str] = ["GET", "#"]
+    for field in fields:
+        gets += ["GET", f"{pattern}->{field}"]
+    try:
+        return list(
+            client.execute_command("SORT", key, "BY", "nosort", "LIMIT", start, count, *gets)  # type: ignore[no-untyped-call]
+        )
+    except (rx.ResponseError, rx.NoPermissionError):
+        pass
+    ids = client.zrange(key, start, start + count - 1)
+    pipe = client.pipeline(transaction=False)
+    for job_id in ids:
+        pipe.hmget(pattern.replace("*", text(job_id), 1), list(fields))
+    flat: list[Any] = []
+    for job_id, values in zip(ids, pipe.execute(), strict=True):
+        flat.append(job_id)
+        flat.extend(values)
+    return flat
+
+
+# --- archiving: removing finished jobs -------------------------------------------------------
+
+
+def forget_finished(
+    client: redis.Redis, keys: QueueKeys, items: Sequence[tuple[str, int]], *, tries: int = 8
+) -> tuple[int, int]:
+    """Delete finished jobs that were archived: (id, finished_at ms) pairs. A job is removed
+    only if its record is still completed or failed with that very finished_at; a job
+    re-enqueued since (a new run of the same id) is kept. Returns (removed, kept).
+
+    Optimistic: WATCH the records, read them, MULTI/EXEC the deletes; retried when a record
+    changed meanwhile. Requested from the core: a `forget` Lua transition doing this in one
+    call per batch (see docs/spark.md).
+    """
+    job_keys = [keys.job(job_id) for job_id, _ in items]
+    for _ in range(tries):
+        with client.pipeline(transaction=True) as tx:
+            try:
+                tx.watch(*job_keys)
+                read = client.pipeline(transaction=False)
+                for key in job_keys:
+                    read.hmget(key, ["state", "finished_at"])
+                current = read.execute()
+                tx.multi()
+                removed = 0
+                for (job_id, finished_ms), key, (state, finished) in zip(
+                    items, job_keys, current, strict=True
+                ):
+                    state_text = None if state is None else text(state)
+                    if state_text not in ("completed", "failed"):
+                        continue
+                    if finished is None or int(finished) != finished_ms:
+                        continue
+                    tx.delete(key)
+                    tx.zrem(keys.completed if state_text == "completed" else keys.failed, job_id)
+                    removed += 1
+                if removed:
+                    tx.execute()
+                else:
+                    tx.reset()
+                return removed, len(items) - removed
+            except rx.WatchError:
+                continue
+    raise rx.WatchError(f"records kept changing while archiving {len(items)} jobs")
+
+
+# --- events: registered consumers and trimming --------------------------------------------
+
+
+def consumers_key(keys: QueueKeys) -> str:
+    return f"{keys.base}consumers"
+
+
+def register_consumer(client: redis.Redis, keys: QueueKeys, name: str, stream_id: str) -> None:
+    """Record that consumer `name` has processed every event up to `stream_id`."""
+    client.hset(consumers_key(keys), name, stream_id)
+
+
+def unregister_consumer(client: redis.Redis, keys: QueueKeys, name: str) -> None:
+    client.hdel(consumers_key(keys), name)
+
+
+def consumer_positions(client: redis.Redis, keys: QueueKeys) -> dict[str, str]:
+    raw = client.hgetall(consumers_key(keys))
+    return {text(k): text(v) for k, v in raw.items()}
+
+
+def stream_id_text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def stream_id_key(stream_id: str) -> tuple[int, int]:
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def trim_events(client: redis.Redis, keys: QueueKeys, *, keep_ms: int | None = None) -> int:
+    """Trim the events stream without dropping what a registered consumer has not read:
+    everything up to the slowest consumer's position goes (or only what is older than
+    `keep_ms` before now, when that is less). With no registered consumer, only `keep_ms`
+    applies; with neither, nothing is trimmed. Returns the number of entries removed.
+
+    The enqueue/claim/... scripts also trim with `MAXLEN ~ events_maxlen` as they emit;
+    docs/spark.md describes the Lua change that makes them respect consumers too.
+    """
+    floors: list[tuple[int, int]] = []
+    positions = consumer_positions(client, keys)
+    if positions:
+        floors.append(min(stream_id_key(p) for p in positions.values()))
+    if keep_ms is not None:
+        seconds, micros = client.time()
+        floors.append((int(seconds) * 1000 + int(micros) // 1000 - keep_ms, 0))
+    if not floors:
+        return 0
+    ms, seq = min(floors)
+    # MINID keeps ids >= the floor; the consumer's own last id has been read, so + 1.
+    return int(client.xtrim(keys.events, minid=f"{ms}-{seq + 1}"))

@@ -1,0 +1,321 @@
+"""`df.write.format("conveyor")` and `df.writeStream.format("conveyor")`: rows become jobs.
+
+Each Spark task opens its own Redis connection (from the `url` option, never a pickled
+client) and enqueues its partition through the enqueue script `Queue.enqueue` uses
+(`QueueCore.enqueue_call` run by `SyncRunner.run_many`), in chunks of `chunkSize` jobs,
+`pipelineDepth` chunks per round trip.
+
+Duplicates: ids are the `id` column, else `<writeId>-<partition>-<row>` (batch) or
+`<idPrefix>-<batchId>-<partition>-<row>` (streaming), so a retried task or a replayed
+micro-batch produces the same ids, and with `ifExists=skip` (the default) an id that is
+already a job, in any state, is left alone. `atomic=true` stages every task's jobs and
+publishes them only in the driver's commit; an aborted write leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamWriter,
+    WriterCommitMessage,
+)
+
+from conveyor.client.sync import Queue
+from conveyor.client.transport import SyncRunner
+from conveyor.errors import ConfigurationError
+from conveyor.protocol.ops import JobSpec
+
+from . import store
+from .encode import RowEncoder, check_columns
+from .options import Options, Target
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+__all__ = ["JobsStreamWriter", "JobsWriter", "WriteConfig", "WriteResult"]
+
+log = logging.getLogger("conveyor.spark")
+_TOKEN = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+
+
+@dataclass(frozen=True, slots=True)
+class WriteConfig:
+    target: Target
+    task: str | None
+    write_id: str
+    skip_existing: bool
+    atomic: bool
+    chunk_size: int
+    pipeline_depth: int
+    validate_data: bool
+    staging_ttl: int
+    fail_after_rows: int | None  # testing aid: raise in a task's first attempt
+
+    @classmethod
+    def parse(cls, options: Options, columns: Sequence[str], *, streaming: bool) -> WriteConfig:
+        target = Target.from_options(options)
+        task = options.text("task")
+        check_columns(columns, default_task=task)
+        if streaming:
+            write_id = options.text("idPrefix") or _checkpoint_token(options)
+        else:
+            write_id = options.text("writeId") or uuid.uuid4().hex[:16]
+        if not _TOKEN.fullmatch(write_id):
+            raise ConfigurationError(f"writeId/idPrefix {write_id!r}: use 1-64 of A-Za-z0-9_.-")
+        fail_after = options.integer("testFailAfterRows", -1, minimum=-1)
+        config = cls(
+            target=target,
+            task=task,
+            write_id=write_id,
+            skip_existing=options.choice("ifExists", "skip", ("skip", "update")) == "skip",
+            atomic=options.flag("atomic", False) and not streaming,
+            chunk_size=options.integer("chunkSize", 500, minimum=1),
+            pipeline_depth=options.integer("pipelineDepth", 8, minimum=1),
+            validate_data=options.flag("validateData", True),
+            staging_ttl=options.integer("stagingTtl", 86_400, minimum=60),
+            fail_after_rows=None if fail_after < 0 else fail_after,
+        )
+        options.finish(ignore=("checkpointLocation", "path"))
+        return config
+
+
+def _checkpoint_token(options: Options) -> str:
+    import hashlib
+
+    location = options.text("checkpointLocation")
+    if location is None:
+        raise ConfigurationError(
+            "a streaming write needs option checkpointLocation (or idPrefix): "
+            "job ids are derived from it so that a replayed micro-batch adds nothing"
+        )
+    return hashlib.sha1(location.encode()).hexdigest()[:16]
+
+
+class WriteResult(WriterCommitMessage):
+    """What one task did (sent to the driver's commit)."""
+
+    def __init__(
+        self, partition: int, attempt: int, rows: int, outcomes: dict[str, int], staged: str | None
+    ) -> None:
+        self.partition = partition
+        self.attempt = attempt
+        self.rows = rows
+        self.outcomes = outcomes
+        self.staged = staged
+
+
+def _task_context() -> tuple[int, int, str | None]:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:  # called outside Spark (unit tests)
+        return 0, 0, None
+    batch = context.getLocalProperty("streaming.sql.batchId")
+    return context.partitionId(), context.attemptNumber(), batch
+
+
+class _PartitionWrite:
+    """The work of one task: encode, drop existing ids, enqueue or stage."""
+
+    def __init__(self, config: WriteConfig, id_prefix: str, partition: int, attempt: int) -> None:
+        self.config = config
+        self.partition = partition
+        self.attempt = attempt
+        self.queue = _queue(config.target)
+        self.core = self.queue.core
+        self.runner = SyncRunner(self.queue.client, self.core.scripts)
+        self.encoder = RowEncoder(
+            self.core,
+            default_task=config.task,
+            id_prefix=id_prefix,
+            validate_data=config.validate_data,
+        )
+        self.rows = 0
+        self.outcomes: dict[str, int] = {}
+        self.staged: str | None = None
+
+    def run(self, batches: Iterator[pa.RecordBatch]) -> WriteResult:
+        self.queue.check()
+        try:
+            for batch in batches:
+                if batch.num_rows:
+                    self._batch(batch)
+        finally:
+            self.queue.close()
+        return WriteResult(self.partition, self.attempt, self.rows, self.outcomes, self.staged)
+
+    def _batch(self, batch: pa.RecordBatch) -> None:
+        config = self.config
+        specs = self.encoder.specs(batch, self.rows)
+        chunks = [specs[i : i + config.chunk_size] for i in range(0, len(specs), config.chunk_size)]
+        if config.atomic:
+            self._stage(chunks)
+        else:
+            for i in range(0, len(chunks), config.pipeline_depth):
+                self._enqueue(chunks[i : i + config.pipeline_depth])
+        self.rows += len(specs)
+        limit = config.fail_after_rows
+        if limit is not None and self.attempt == 0 and self.rows >= limit:
+            raise RuntimeError(f"testFailAfterRows: failing after {self.rows} rows (as asked)")
+
+    def _enqueue(self, chunks: Sequence[Sequence[JobSpec]]) -> None:
+        outcomes = enqueue_chunks(self.queue, self.runner, chunks, self.config.skip_existing)
+        for name, count in outcomes.items():
+            self.outcomes[name] = self.outcomes.get(name, 0) + count
+
+    def _stage(self, chunks: Sequence[Sequence[JobSpec]]) -> None:
+        keys = self.core.keys
+        if self.staged is None:
+            self.staged = store.staging_key(
+                keys, self.config.write_id, self.partition, self.attempt
+            )
+        blobs = [store.encode_specs(chunk) for chunk in chunks]
+        store.stage(
+            self.queue.client,
+            keys,
+            self.config.write_id,
+            self.staged,
+            blobs,
+            self.config.staging_ttl,
+        )
+        self.outcomes["staged"] = self.outcomes.get("staged", 0) + sum(map(len, chunks))
+
+
+def _queue(target: Target) -> Queue:
+    """A Queue on a new connection of this process (a task's or the driver's)."""
+    return Queue(target.queue, client=target.client(), settings=target.settings())
+
+
+def enqueue_chunks(
+    queue: Queue, runner: SyncRunner, chunks: Sequence[Sequence[JobSpec]], skip_existing: bool
+) -> dict[str, int]:
+    """Enqueue chunks in one pipelined round trip; outcome -> count ('skipped' for ids
+    that already were jobs)."""
+    outcomes: dict[str, int] = {}
+    if skip_existing:
+        ids = [spec.id for chunk in chunks for spec in chunk]
+        existing = store.existing_ids(queue.client, queue.core.keys, ids)
+        if existing:
+            outcomes["skipped"] = len(existing)
+            chunks = [[s for s in chunk if s.id not in existing] for chunk in chunks]
+            chunks = [chunk for chunk in chunks if chunk]
+    if not chunks:
+        return outcomes
+    replies = runner.run_many([queue.core.enqueue_call(chunk) for chunk in chunks])
+    for chunk, reply in zip(chunks, replies, strict=True):
+        for enqueued in queue.core.enqueued(chunk, reply):
+            outcomes[enqueued.outcome] = outcomes.get(enqueued.outcome, 0) + 1
+    return outcomes
+
+
+def _summary(messages: Sequence[WriterCommitMessage | None]) -> dict[str, int]:
+    total: dict[str, int] = {"rows": 0}
+    for message in messages:
+        if isinstance(message, WriteResult):
+            total["rows"] += message.rows
+            for name, count in message.outcomes.items():
+                total[name] = total.get(name, 0) + count
+    return total
+
+
+class JobsWriter(DataSourceArrowWriter):
+    """Batch write. Created on the driver, pickled to every task, used again on the driver
+    for commit/abort, so `write_id` (drawn once) is shared by all tasks and the commit."""
+
+    def __init__(self, config: WriteConfig) -> None:
+        self.config = config
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
+        partition, attempt, _ = _task_context()
+        prefix = f"{self.config.write_id}-{partition}"
+        return _PartitionWrite(self.config, prefix, partition, attempt).run(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.config.atomic:
+            self._publish(messages)
+        log.info("conveyor write %s committed: %s", self.config.write_id, _summary(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.config.atomic:
+            target = self.config.target
+            client = target.client()
+            try:
+                dropped = store.drop_staging(client, target.core().keys, self.config.write_id)
+            finally:
+                client.close()
+            log.warning(
+                "conveyor write %s aborted: %d staged parts dropped", self.config.write_id, dropped
+            )
+
+    def _publish(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        """Move the staged jobs of the successful task attempts into the queue. Enqueue is
+        idempotent per id, so a commit that died half-way can simply be run again."""
+        config = self.config
+        queue = _queue(config.target)
+        runner = SyncRunner(queue.client, queue.core.scripts)
+        try:
+            queue.check()
+            for message in messages:
+                if not isinstance(message, WriteResult) or message.staged is None:
+                    continue
+                group: list[list[JobSpec]] = []
+                for chunk in store.staged_chunks(queue.client, message.staged):
+                    group.append(chunk)
+                    if len(group) >= config.pipeline_depth:
+                        enqueue_chunks(queue, runner, group, config.skip_existing)
+                        group = []
+                if group:
+                    enqueue_chunks(queue, runner, group, config.skip_existing)
+            store.drop_staging(queue.client, queue.core.keys, config.write_id)
+        finally:
+            queue.close()
+
+
+class JobsStreamWriter(DataSourceStreamWriter):
+    """Streaming write: each micro-batch enqueues directly; ids carry the batch id, so a
+    batch Spark replays after a restart enqueues nothing new."""
+
+    def __init__(self, config: WriteConfig) -> None:
+        self.config = config
+
+    def write(self, iterator: Iterator[Any]) -> WriteResult:
+        partition, attempt, batch_id = _task_context()
+        prefix = f"{self.config.write_id}-{batch_id or 0}-{partition}"
+        writer = _PartitionWrite(self.config, prefix, partition, attempt)
+        return writer.run(_as_batches(iterator))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        log.info("conveyor stream batch %d committed: %s", batchId, _summary(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        log.warning("conveyor stream batch %d aborted; a replay re-enqueues it safely", batchId)
+
+
+def _as_batches(iterator: Iterator[Any], size: int = 10_000) -> Iterator[pa.RecordBatch]:
+    """Rows (pyspark Row) or Arrow batches, as Arrow batches."""
+    import pyarrow as pa
+
+    rows: list[dict[str, Any]] = []
+    for item in iterator:
+        if isinstance(item, pa.RecordBatch):
+            yield item
+            continue
+        rows.append(item.asDict(recursive=True))
+        if len(rows) >= size:
+            yield pa.RecordBatch.from_pylist(rows)
+            rows = []
+    if rows:
+        yield pa.RecordBatch.from_pylist(rows)
+
+
+def make_writer(options: Options, schema: StructType, *, streaming: bool) -> Any:
+    config = WriteConfig.parse(options, [f.name for f in schema.fields], streaming=streaming)
+    return JobsStreamWriter(config) if streaming else JobsWriter(config)
