@@ -122,3 +122,15 @@ def test_pause_and_resume_are_recorded(queue: Any, redis_client: redis.Redis) ->
     queue.enqueue("t", None)  # producers keep enqueueing
     queue.resume()
     assert redis_client.hget(meta, "paused") is None
+
+
+def test_job_ids_list_a_state_in_index_order(queue: Any) -> None:
+    for name, prio in [("b", 5), ("a", 1), ("c", 9)]:
+        queue.enqueue("t", None, id=name, priority=prio)
+    queue.enqueue("t", None, id="later", delay=60)
+    assert queue.job_ids(JobState.WAITING) == ["a", "b", "c"]
+    assert queue.job_ids("waiting", offset=1, limit=1) == ["b"]
+    assert queue.job_ids("delayed") == ["later"]
+    assert queue.job_ids("failed") == []
+    with pytest.raises(ValidationError):
+        queue.job_ids("sleeping")

@@ -182,6 +182,14 @@ class QueueCore:
             (JobState.BLOCKED, k.blocked),
         ]
 
+    def index_of(self, state: JobState | str) -> str:
+        """The index key that lists the jobs in `state`."""
+        indexes = dict(self.count_keys())
+        try:
+            return indexes[JobState(state)]
+        except (KeyError, ValueError):
+            raise ValidationError(f"no index for state {state!r}") from None
+
     def workers(self, ids: Sequence[Any], infos: Sequence[Any]) -> list[WorkerInfo]:
         alive = []
         for worker_id, info in zip(ids, infos, strict=True):

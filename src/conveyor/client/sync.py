@@ -134,6 +134,14 @@ class Queue:
                 pipe.zcard(key)
             return {state: int(n) for (state, _), n in zip(pairs, pipe.execute(), strict=True)}
 
+    def job_ids(self, state: JobState | str, *, offset: int = 0, limit: int = 100) -> list[str]:
+        """Ids of jobs in `state`, in index order (ready: run order; delayed:
+        due time; active: lease deadline; finished: expiry)."""
+        key = self.core.index_of(state)
+        with translated():
+            ids = self.client.zrange(key, offset, offset + limit - 1)
+        return [ops.text(i) for i in ids]
+
     def workers(self) -> list[WorkerInfo]:
         """The roll call: workers that sent a heartbeat within their TTL."""
         with translated():

@@ -10,6 +10,7 @@ import sys
 import time
 from contextlib import ExitStack
 from datetime import UTC, datetime
+from typing import Any
 
 from conveyor.client.core import JobRequest
 from conveyor.client.sync import Queue
@@ -35,7 +36,7 @@ def jobs(count: int) -> list[JobRequest]:
     """Mostly thumbnails; every 10th a checksum (1 in 50 flaky); 1 in 500 corrupt."""
     made = []
     for i in range(count):
-        data = {"image": f"img-{i:06d}.jpg"}
+        data: dict[str, Any] = {"image": f"img-{i:06d}.jpg"}
         if i % 500 == 499:
             made.append(JobRequest("corrupt", data, {"result_ttl": RESULT_TTL}))
         elif i % 10 == 9:
@@ -60,12 +61,12 @@ def start_workers(
 
 def summary(queue: Queue, enqueue_s: float, total: int, run_s: float) -> str:
     counts = {state.value: n for state, n in queue.counts().items() if n}
-    failed = queue.core.keys.failed
-    sample = [m.decode() for m in queue.client.zrange(failed, 0, 0)]
-    reason = queue.get(sample[0]).error.splitlines()[0] if sample else "none"  # type: ignore[union-attr]
+    sample = [queue.get(job_id) for job_id in queue.job_ids("failed", limit=1)]
+    reason = (sample[0].error or "").splitlines()[0] if sample and sample[0] else "none"
     return "\n".join(
         [
-            f"enqueued  {total:,} jobs in {enqueue_s:.2f} s ({total / enqueue_s:,.0f} jobs/s, pipelined)",
+            f"enqueued  {total:,} jobs in {enqueue_s:.2f} s "
+            f"({total / enqueue_s:,.0f} jobs/s, pipelined)",
             f"processed {total:,} jobs in {run_s:.2f} s ({total / run_s:,.0f} jobs/s end to end)",
             f"states    {counts}",
             f"failures  {counts.get('failed', 0)} (for example: {reason})",
@@ -94,7 +95,9 @@ def run_core(url: str, args: argparse.Namespace) -> None:
 
 def run_spark(url: str, args: argparse.Namespace) -> None:
     try:
-        from conveyor.integrations.spark.pipeline import demo_pipeline
+        from conveyor.integrations.spark.pipeline import (  # type: ignore[import-not-found,unused-ignore]
+            demo_pipeline,
+        )
     except ImportError as exc:
         print(f"skipping the Spark pipeline ({exc}); install conveyor[spark]")
         return
