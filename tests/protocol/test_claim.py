@@ -1,0 +1,177 @@
+"""claim.lua: promotion of due jobs, leasing in ready order, pause, orphans."""
+
+from __future__ import annotations
+
+import time
+
+from .harness import HALF, SEQ_SPAN, Proto
+
+
+def test_claim_leases_the_first_ready_job(q: Proto) -> None:
+    q.enqueue("a", "send", {"n": 1}, priority=3, max_failures=5, timeout=2)
+    created = int(q.job("a")["created_at"])
+    raw = q.run(q.claim_call(1, token="t0k", worker="w-9", lease_ms=4_000))
+    now = int(raw[0])
+    assert int(raw[1]) == -1
+    assert list(raw[2:]) == [
+        b"a", b"send", b'{"n":1}', 1, b"0", b"0", b"5", b"3", b"1000", b"300000", b"2000",
+        b"3", str(created).encode(),
+    ]  # fmt: skip
+    job = q.job("a")
+    assert (job["state"], job["token"], job["worker"]) == ("active", "t0k", "w-9")
+    assert (job["attempts"], job["started_at"]) == ("1", str(now))
+    assert q.score(q.keys.active, "a") == now + 4_000
+    assert q.members(q.keys.ready) == []
+    assert q.events("active") == [{"event": "active", "id": "a", "attempt": "1", "worker": "w-9"}]
+
+
+def test_claim_decodes_to_typed_fields(q: Proto) -> None:
+    q.enqueue("a", data=[1], priority=2, max_stalls=4, min_backoff=0.25)
+    reply = q.claim()
+    (job,) = reply.jobs
+    assert (job.id, job.task, job.data, job.attempts) == ("a", "t", b"[1]", 1)
+    assert (job.failures, job.stalls, job.max_stalls, job.min_backoff_ms) == (0, 0, 4, 250)
+    assert (job.priority, job.timeout_ms) == (2, 300_000)
+    assert reply.next_due_ms is None
+    assert abs(reply.now_ms - q.now()) < 1_000
+
+
+def test_claim_takes_at_most_count_in_ready_order(q: Proto) -> None:
+    for job_id, prio in (("a", 5), ("b", 1), ("c", 5), ("d", 0)):
+        q.enqueue(job_id, priority=prio)
+    assert q.claimed_ids(3) == ["d", "b", "a"]
+    assert q.members(q.keys.ready) == ["c"]
+    assert sorted(q.members(q.keys.active)) == ["a", "b", "d"]
+
+
+def test_marker_is_set_only_while_jobs_remain_ready(q: Proto) -> None:
+    q.enqueue("a")
+    q.enqueue("b")
+    q.clear_marker()
+    assert q.claimed_ids(1) == ["a"]
+    assert q.marker_set()  # another idle worker should come
+    q.clear_marker()
+    assert q.claimed_ids(5) == ["b"]
+    assert not q.marker_set()
+
+
+def test_claim_on_an_empty_queue_returns_the_time_only(q: Proto) -> None:
+    before = q.now()
+    raw = q.run(q.claim_call(10))
+    assert len(raw) == 2 and int(raw[1]) == -1
+    assert before <= int(raw[0]) <= q.now()
+    assert q.events() == []
+
+
+def test_next_due_is_the_earliest_scheduled_time(q: Proto) -> None:
+    now = q.now()
+    q.enqueue("late", run_at_ms=now + 90_000)
+    q.enqueue("soon", run_at_ms=now + 40_000)
+    q.enqueue("ready")
+    reply = q.claim(5)
+    assert [j.id for j in reply.jobs] == ["ready"]
+    assert reply.next_due_ms == now + 40_000
+
+
+def test_due_jobs_are_promoted_and_claimed(q: Proto) -> None:
+    q.enqueue("d", delay=0.05)
+    assert q.claim().jobs == []
+    time.sleep(0.07)
+    reply = q.claim()
+    assert [j.id for j in reply.jobs] == ["d"]
+    assert q.members(q.keys.scheduled) == []
+    assert reply.next_due_ms is None
+
+
+def test_jobs_due_at_the_same_ms_keep_their_enqueue_order(q: Proto) -> None:
+    due = q.now() + 80
+    for job_id in ("m", "c", "x", "a"):  # not in lexical order: the zset ties sort by id
+        q.enqueue(job_id, run_at_ms=due)
+    time.sleep(0.1)
+    assert q.claimed_ids(4) == ["m", "c", "x", "a"]
+
+
+def test_promoted_jobs_take_their_priority_place(q: Proto) -> None:
+    now = q.now()
+    q.enqueue("urgent", priority=0, run_at_ms=now + 60)
+    q.enqueue("normal", priority=5)
+    q.enqueue("early", priority=5, run_at_ms=now - 1)  # already due: ready at once
+    time.sleep(0.08)
+    assert q.claimed_ids(3) == ["urgent", "normal", "early"]
+    assert q.ready_score("urgent") == 0 * SEQ_SPAN + HALF + 1
+
+
+def test_promotion_is_bounded_per_call(q: Proto) -> None:
+    now = q.now()
+    for job_id in ("a", "b", "c"):
+        q.enqueue(job_id, run_at_ms=now - 10)
+    # put them back into `scheduled` as if they were still waiting to come due
+    for job_id in ("a", "b", "c"):
+        q.r.zrem(q.keys.ready, job_id)
+        q.r.zadd(q.keys.scheduled, {job_id: now - 10})
+        q.r.hset(q.keys.job(job_id), "state", "delayed")
+    reply = q.claim(0, promote=2)
+    assert reply.jobs == []
+    assert q.members(q.keys.ready) == ["a", "b"]
+    assert q.members(q.keys.scheduled) == ["c"]
+    assert q.job("a")["state"] == "waiting"
+    assert reply.next_due_ms == now - 10
+
+
+def test_paused_queue_claims_and_promotes_nothing(q: Proto) -> None:
+    now = q.now()
+    q.enqueue("a")
+    q.enqueue("d", run_at_ms=now + 50)
+    q.r.hset(q.keys.meta, "paused", "1")
+    time.sleep(0.06)
+    reply = q.claim(5)
+    assert reply.jobs == []
+    assert reply.next_due_ms == now + 50
+    assert q.members(q.keys.ready) == ["a"]
+    assert q.members(q.keys.scheduled) == ["d"]
+    assert q.job("a")["state"] == "waiting"
+    q.r.hdel(q.keys.meta, "paused")
+    assert q.claimed_ids(5) == ["a", "d"]
+
+
+def test_a_ready_id_without_a_record_is_failed_with_a_reason(q: Proto) -> None:
+    q.r.zadd(q.keys.ready, {"ghost": 0})
+    q.enqueue("real")
+    reply = q.claim(2)
+    assert [j.id for j in reply.jobs] == ["real"]
+    job = q.job("ghost")
+    assert (job["state"], job["error"]) == ("failed", "job record missing")
+    assert int(job["finished_at"]) == reply.now_ms
+    assert q.score(q.keys.failed, "ghost") == reply.now_ms + 86_400_000
+    assert 86_000_000 < q.ttl_ms(q.keys.job("ghost")) <= 86_400_000
+    assert q.events("failed") == [{"event": "failed", "id": "ghost", "error": "job record missing"}]
+    assert q.members(q.keys.ready) == []
+
+
+def test_a_stale_ready_entry_is_dropped_and_its_record_left_alone(q: Proto) -> None:
+    q.start("a")
+    q.complete_one("a")
+    finished = q.job("a")
+    q.r.zadd(q.keys.ready, {"a": 0})
+    assert q.claim().jobs == []
+    assert q.job("a") == finished
+    assert q.members(q.keys.ready) == []
+    assert q.events("active") == [{"event": "active", "id": "a", "attempt": "1", "worker": "w1"}]
+
+
+def test_a_corrupt_record_is_returned_with_missing_fields(q: Proto) -> None:
+    q.r.hset(q.keys.job("bad"), mapping={"state": "waiting", "priority": 0, "seq": 1})
+    q.r.zadd(q.keys.ready, {"bad": 1})
+    (job,) = q.claim().jobs
+    assert (job.id, job.task, job.data, job.attempts) == ("bad", None, None, 1)
+    assert (job.max_failures, job.timeout_ms, job.created_at_ms) == (None, None, None)
+    assert q.job("bad")["state"] == "active"
+
+
+def test_attempts_count_every_claim(q: Proto) -> None:
+    q.enqueue("a", min_backoff=0)
+    q.claim(token="t1")
+    assert q.fail("a", "t1") == "retried"
+    (job,) = q.claim(token="t2").jobs
+    assert job.attempts == 2
+    assert q.job("a")["token"] == "t2"

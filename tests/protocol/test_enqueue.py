@@ -1,0 +1,273 @@
+"""enqueue.lua: creating jobs, ready order, delays, upsert rules, blocked twins."""
+
+from __future__ import annotations
+
+import pytest
+
+from .harness import HALF, SEQ_SPAN, Proto
+
+
+def test_creates_a_waiting_job_field_by_field(q: Proto) -> None:
+    before = q.now()
+    q.clear_marker()
+    out = q.enqueue_specs(
+        [q.spec("a", "send", {"to": "x"}, priority=7, max_failures=4, max_stalls=2,
+                min_backoff=0.5, max_backoff=9, timeout=3, result_ttl=60, group="g1")]
+    )  # fmt: skip
+    assert [(o.outcome, o.state) for o in out] == [("created", "waiting")]
+    job = q.job("a")
+    created = int(job.pop("created_at"))
+    assert before <= created <= q.now()
+    assert job == {
+        "state": "waiting", "task": "send", "data": '{"to":"x"}', "priority": "7",
+        "seq": str(HALF + 1), "attempts": "0", "failures": "0", "stalls": "0",
+        "max_failures": "4", "max_stalls": "2", "min_backoff": "500", "max_backoff": "9000",
+        "timeout": "3000", "result_ttl": "60000", "group": "g1", "run_at": str(created),
+    }  # fmt: skip
+    assert q.score(q.keys.ready, "a") == 7 * SEQ_SPAN + HALF + 1
+    assert q.members(q.keys.scheduled) == []
+    assert q.ttl_ms(q.keys.job("a")) == -1
+    assert q.marker_set()
+    assert q.events() == [{"event": "created", "id": "a", "state": "waiting"}]
+    assert q.r.hget(q.keys.meta, "seq") == b"1"
+
+
+def test_same_priority_is_fifo(q: Proto) -> None:
+    for job_id in ("c", "a", "b"):
+        q.enqueue(job_id)
+    assert q.members(q.keys.ready) == ["c", "a", "b"]
+    assert [q.job(i)["seq"] for i in ("c", "a", "b")] == [str(HALF + n) for n in (1, 2, 3)]
+
+
+def test_lower_priority_number_runs_first(q: Proto) -> None:
+    q.enqueue("low", priority="low")
+    q.enqueue("n1", priority=1000)
+    q.enqueue("high", priority=0)
+    q.enqueue("n2", priority=1000)
+    q.enqueue("max", priority=2**21)
+    assert q.members(q.keys.ready) == ["high", "n1", "n2", "low", "max"]
+    # the largest score is still an exact integer in a double
+    assert q.score(q.keys.ready, "max") == 2**21 * SEQ_SPAN + HALF + 5
+
+
+def test_lifo_jobs_go_first_in_their_band_newest_first(q: Proto) -> None:
+    q.enqueue("f1")
+    q.enqueue("l1", lifo=True)
+    q.enqueue("f2")
+    q.enqueue("l2", lifo=True)
+    q.enqueue("urgent", priority=0)
+    assert q.members(q.keys.ready) == ["urgent", "l2", "l1", "f1", "f2"]
+    assert q.job("l1")["seq"] == str(HALF - 2)
+    assert q.job("l2")["seq"] == str(HALF - 3)
+    assert q.r.hget(q.keys.meta, "lifo_seq") == b"2"
+
+
+def test_delay_makes_a_delayed_job_due_in_redis_time(q: Proto) -> None:
+    before = q.now()
+    q.clear_marker()
+    out = q.enqueue("d", delay=2.5)
+    assert (out.outcome, out.state) == ("created", "delayed")
+    job = q.job("d")
+    due = int(job["run_at"])
+    assert due == int(job["created_at"]) + 2500
+    assert before + 2500 <= due <= q.now() + 2500
+    assert job["state"] == "delayed"
+    assert q.score(q.keys.scheduled, "d") == due
+    assert q.members(q.keys.ready) == []
+    assert q.marker_set()  # an idle worker recomputes how long to sleep
+    assert q.events() == [{"event": "created", "id": "d", "state": "delayed"}]
+
+
+def test_run_at_is_absolute_and_a_past_one_is_ready_now(q: Proto) -> None:
+    now = q.now()
+    future = q.enqueue("future", run_at_ms=now + 60_000)
+    past = q.enqueue("past", run_at_ms=now - 60_000)
+    zero = q.enqueue("zero", delay=0)
+    assert (future.state, past.state, zero.state) == ("delayed", "waiting", "waiting")
+    assert q.score(q.keys.scheduled, "future") == now + 60_000
+    assert q.job("past")["run_at"] == str(now - 60_000)
+    assert q.members(q.keys.ready) == ["past", "zero"]
+
+
+def test_a_batch_answers_per_job_in_order(q: Proto) -> None:
+    specs = [q.spec("a"), q.spec("b", delay=60), q.spec("a", data=2)]
+    out = q.enqueue_specs(specs)
+    assert [(o.outcome, o.state) for o in out] == [
+        ("created", "waiting"),
+        ("created", "delayed"),
+        ("updated", "waiting"),
+    ]
+    assert q.job("a")["data"] == "2"
+    assert [e["event"] for e in q.events()] == ["created", "created", "updated"]
+
+
+# --- upsert: enqueue of an id that is waiting or delayed ----------------------------------
+
+
+def test_upsert_replaces_data_and_resets_counts_by_default(q: Proto) -> None:
+    q.enqueue("u", "t1", {"v": 1})
+    score = q.score(q.keys.ready, "u")
+    q.r.hset(q.keys.job("u"), mapping={"attempts": 2, "failures": 1, "stalls": 1})
+    out = q.enqueue("u", "t2", {"v": 2})
+    assert (out.outcome, out.state) == ("updated", "waiting")
+    job = q.job("u")
+    assert (job["task"], job["data"]) == ("t2", '{"v":2}')
+    assert (job["attempts"], job["failures"], job["stalls"]) == ("0", "0", "0")
+    assert q.score(q.keys.ready, "u") == score  # keeps its place in line
+    assert q.members(q.keys.ready) == ["u"]
+    assert q.events("updated") == [{"event": "updated", "id": "u", "state": "waiting"}]
+
+
+def test_upsert_without_update_data_keeps_data_and_counts(q: Proto) -> None:
+    q.enqueue("u", "t1", {"v": 1})
+    q.r.hset(q.keys.job("u"), "failures", 2)
+    out = q.enqueue("u", "t2", {"v": 2}, update_data=False)
+    assert out.outcome == "updated"
+    job = q.job("u")
+    assert (job["task"], job["data"], job["failures"]) == ("t1", '{"v":1}', "2")
+
+
+def test_upsert_reset_counts_can_be_switched_off(q: Proto) -> None:
+    q.enqueue("u", data=1)
+    q.r.hset(q.keys.job("u"), mapping={"attempts": 3, "failures": 2, "stalls": 1})
+    q.enqueue("u", data=2, reset_counts=False)
+    job = q.job("u")
+    assert (job["data"], job["attempts"], job["failures"], job["stalls"]) == ("2", "3", "2", "1")
+
+
+def test_upsert_reset_counts_without_update_data(q: Proto) -> None:
+    q.enqueue("u", data=1)
+    q.r.hset(q.keys.job("u"), "failures", 2)
+    q.enqueue("u", data=2, update_data=False, reset_counts=True)
+    assert (q.job("u")["data"], q.job("u")["failures"]) == ("1", "0")
+
+
+def test_upsert_option_flags_replace_only_what_they_name(q: Proto) -> None:
+    q.enqueue("u", max_failures=3, max_stalls=3, min_backoff=1, max_backoff=10, priority=5)
+    q.enqueue("u", max_failures=9, max_stalls=8, min_backoff=2, max_backoff=20, priority=1)
+    job = q.job("u")
+    assert [job[f] for f in ("max_failures", "max_stalls", "min_backoff", "max_backoff")] == [
+        "3", "3", "1000", "10000",
+    ]  # fmt: skip
+    q.enqueue("u", max_failures=9, max_stalls=8, update_max_failures=True, update_max_stalls=True)
+    q.enqueue("u", min_backoff=2, max_backoff=20, update_min_backoff=True, update_max_backoff=True)
+    job = q.job("u")
+    assert [job[f] for f in ("max_failures", "max_stalls", "min_backoff", "max_backoff")] == [
+        "9", "8", "2000", "20000",
+    ]  # fmt: skip
+    assert job["priority"] == "5"  # priority is never upserted
+
+
+def test_upsert_run_at_true_moves_a_waiting_job_to_scheduled(q: Proto) -> None:
+    q.enqueue("u")
+    now = q.now()
+    out = q.enqueue("u", run_at_ms=now + 30_000)
+    assert (out.outcome, out.state) == ("updated", "delayed")
+    assert q.members(q.keys.ready) == []
+    assert q.score(q.keys.scheduled, "u") == now + 30_000
+    assert q.job("u")["state"] == "delayed"
+
+
+def test_upsert_run_at_true_makes_a_delayed_job_ready_at_its_old_place(q: Proto) -> None:
+    q.enqueue("first", delay=30)
+    q.enqueue("second")
+    out = q.enqueue("first", delay=0)
+    assert (out.outcome, out.state) == ("updated", "waiting")
+    assert q.members(q.keys.scheduled) == []
+    assert q.members(q.keys.ready) == ["first", "second"]  # its enqueue seq, not a new one
+
+
+def test_upsert_run_at_false_keeps_the_due_time(q: Proto) -> None:
+    q.enqueue("w")
+    q.enqueue("d", delay=30)
+    due = q.score(q.keys.scheduled, "d")
+    assert q.enqueue("w", delay=30, update_run_at=False).state == "waiting"
+    assert q.enqueue("d", delay=0, update_run_at=False).state == "delayed"
+    assert q.members(q.keys.ready) == ["w"]
+    assert q.score(q.keys.scheduled, "d") == due
+
+
+@pytest.mark.parametrize(
+    ("rule", "offset", "moves"),
+    [("if_later", 20_000, True), ("if_later", 5_000, False),
+     ("if_earlier", 5_000, True), ("if_earlier", 20_000, False)],
+)  # fmt: skip
+def test_upsert_run_at_later_and_earlier(q: Proto, rule: str, offset: int, moves: bool) -> None:
+    now = q.now()
+    q.enqueue("d", run_at_ms=now + 10_000)
+    out = q.enqueue("d", run_at_ms=now + offset, update_run_at=rule)
+    assert (out.outcome, out.state) == ("updated", "delayed")
+    expected = now + offset if moves else now + 10_000
+    assert q.score(q.keys.scheduled, "d") == expected
+    assert q.job("d")["run_at"] == str(expected)
+
+
+def test_upsert_if_earlier_to_the_past_makes_the_job_ready(q: Proto) -> None:
+    q.enqueue("d", delay=30)
+    out = q.enqueue("d", delay=0, update_run_at="if_earlier")
+    assert out.state == "waiting"
+    assert q.members(q.keys.ready) == ["d"]
+    assert q.members(q.keys.scheduled) == []
+
+
+# --- finished, active and stale records ----------------------------------------------------
+
+
+def test_a_finished_retained_job_is_left_alone(q: Proto) -> None:
+    q.start("f")
+    q.complete_one("f")
+    before = q.snapshot("f")
+    out = q.enqueue("f", data="new")
+    assert (out.outcome, out.state) == ("exists", "completed")
+    assert q.snapshot("f") == before  # not even an event
+
+
+def test_enqueue_of_an_active_job_stores_a_blocked_twin(q: Proto) -> None:
+    q.start("s", data=1)
+    running = q.job("s")
+    out = q.enqueue("s", data=2, delay=5, update_max_failures=True)
+    assert (out.outcome, out.state) == ("blocked", "active")
+    assert q.job("s") == running
+    twin = q.twin("s")
+    assert (twin["state"], twin["data"], twin["attempts"]) == ("blocked", "2", "0")
+    assert int(twin["run_at"]) == int(twin["created_at"]) + 5000
+    assert twin["seq"] == str(HALF + 2)
+    flags = {k: v for k, v in twin.items() if k.startswith("u_")}
+    assert flags == {
+        "u_data": "1", "u_run_at": "1", "u_max_failures": "1", "u_max_stalls": "0",
+        "u_min_backoff": "0", "u_max_backoff": "0", "u_reset": "1",
+    }  # fmt: skip
+    assert q.members(q.keys.blocked) == ["s"]
+    assert q.score(q.keys.blocked, "s") == int(twin["created_at"])
+    assert q.events("blocked") == [{"event": "blocked", "id": "s"}]
+
+
+def test_a_second_enqueue_while_active_upserts_the_twin(q: Proto) -> None:
+    q.start("s", data=1)
+    q.enqueue("s", data=2)
+    seq = q.twin("s")["seq"]
+    out = q.enqueue("s", data=3)
+    assert (out.outcome, out.state) == ("blocked", "active")
+    assert (q.twin("s")["data"], q.twin("s")["seq"]) == ("3", seq)
+    assert q.members(q.keys.blocked) == ["s"]
+    assert len(q.events("blocked")) == 2
+
+
+def test_create_drops_stale_finished_index_entries_of_its_id(q: Proto) -> None:
+    # a record that expired by PEXPIRE left its id in `completed` / `failed`
+    q.r.zadd(q.keys.completed, {"x": 1})
+    q.r.zadd(q.keys.failed, {"x": 1})
+    q.enqueue("x")
+    assert q.score(q.keys.completed, "x") is None
+    assert q.score(q.keys.failed, "x") is None
+    q.start("other", priority=0)
+    q.complete_one("other")  # sweeps expired entries: must not touch x
+    assert q.job("x")["state"] == "waiting"
+
+
+def test_enqueue_does_not_change_jobs_of_other_queues(q: Proto) -> None:
+    other = Proto(q.r, q.name + "-other")
+    other.enqueue("a", data=1)
+    q.enqueue("a", data=2)
+    assert other.job("a")["data"] == "1"
+    assert other.members(other.keys.ready) == ["a"]

@@ -1,0 +1,150 @@
+"""reap.lua: expired leases back to ready (a stall), or failed at max_stalls."""
+
+from __future__ import annotations
+
+import time
+
+from .harness import Proto
+
+LEASE_MS = 40
+PAST_LEASE = 0.06  # seconds: long enough for a LEASE_MS lease to run out
+
+
+def test_an_expired_lease_goes_back_to_ready_at_its_old_place(q: Proto) -> None:
+    q.start("a", token="t", lease_ms=LEASE_MS)
+    q.enqueue("b")
+    score = q.ready_score("a")
+    q.clear_marker()
+    time.sleep(PAST_LEASE)
+    reply = q.reap()
+    assert (reply.recovered, reply.failed, reply.next_deadline_ms) == (1, 0, None)
+    job = q.job("a")
+    assert (job["state"], job["stalls"], job["attempts"]) == ("waiting", "1", "1")
+    assert "token" not in job
+    assert q.members(q.keys.active) == []
+    assert q.members(q.keys.ready) == ["a", "b"]
+    assert q.score(q.keys.ready, "a") == score
+    assert q.marker_set()
+    assert q.events("stalled") == [{"event": "stalled", "id": "a", "stalls": "1"}]
+
+
+def test_the_old_worker_is_fenced_off_after_a_reap(q: Proto) -> None:
+    q.start("a", token="old", lease_ms=LEASE_MS)
+    time.sleep(PAST_LEASE)
+    q.reap()
+    assert q.heartbeat([("a", "old")]) == ["a"]
+    assert q.progress("a", "old", 0.5) == 0
+    assert q.complete(("a", "old", '"late"')) == [False]
+    assert q.fail("a", "old") == "lost"
+    assert q.release(("a", "old")) == [0]
+    assert q.job("a")["state"] == "waiting"
+    (job,) = q.claim(token="new").jobs
+    assert (job.attempts, job.stalls) == (2, 1)
+
+
+def test_a_live_lease_is_left_alone_and_reported_as_next_deadline(q: Proto) -> None:
+    q.start("a", token="t", lease_ms=60_000)
+    deadline = q.score(q.keys.active, "a")
+    before = q.snapshot("a")
+    reply = q.reap()
+    assert (reply.recovered, reply.failed, reply.next_deadline_ms) == (0, 0, deadline)
+    assert q.snapshot("a") == before
+
+
+def test_max_stalls_fails_the_job(q: Proto) -> None:
+    q.start("a", token="t", lease_ms=LEASE_MS, max_stalls=2, result_ttl=60)
+    time.sleep(PAST_LEASE)
+    assert q.reap().recovered == 1
+    q.claim(token="t2", lease_ms=LEASE_MS)
+    time.sleep(PAST_LEASE)
+    reply = q.reap()
+    assert (reply.recovered, reply.failed) == (0, 1)
+    job = q.job("a")
+    error = "StalledError: lease expired 2 time(s); the worker died or hung"
+    assert (job["state"], job["stalls"], job["error"]) == ("failed", "2", error)
+    assert "token" not in job
+    finished = int(job["finished_at"])
+    assert q.score(q.keys.failed, "a") == finished + 60_000
+    assert 59_000 < q.ttl_ms(q.keys.job("a")) <= 60_000
+    assert q.members(q.keys.ready) == []
+    assert q.events("failed") == [{"event": "failed", "id": "a", "error": error}]
+
+
+def test_a_stalled_failure_tells_waiters_and_honours_result_ttl_zero(q: Proto) -> None:
+    q.start("a", token="t", lease_ms=LEASE_MS, max_stalls=1, result_ttl=0)
+    q.await_job("a")
+    time.sleep(PAST_LEASE)
+    assert q.reap().failed == 1
+    assert q.r.exists(q.keys.job("a")) == 0
+    assert q.members(q.keys.failed) == []
+    [element] = q.r.lrange(q.keys.done("a"), 0, -1)
+    assert element.startswith(b"failed\nStalledError: lease expired 1 time(s)")
+
+
+def test_reap_handles_at_most_batch_leases(q: Proto) -> None:
+    for job_id in ("a", "b", "c"):
+        q.enqueue(job_id)
+    q.claim(3, token="t", lease_ms=LEASE_MS)
+    time.sleep(PAST_LEASE)
+    first = q.reap(batch=2)
+    assert (first.recovered, first.failed) == (2, 0)
+    assert first.next_deadline_ms is not None  # c is still in `active`, past its deadline
+    assert q.members(q.keys.active) == ["c"]
+    second = q.reap(batch=2)
+    assert (second.recovered, second.next_deadline_ms) == (1, None)
+    assert q.members(q.keys.ready) == ["a", "b", "c"]
+
+
+def test_a_stale_active_entry_is_dropped_without_counting(q: Proto) -> None:
+    q.enqueue("w")
+    q.r.zadd(q.keys.active, {"w": 1, "ghost": 1})
+    before = q.job("w")
+    reply = q.reap()
+    assert (reply.recovered, reply.failed) == (0, 0)
+    assert q.members(q.keys.active) == []
+    assert q.job("w") == before
+    assert q.r.exists(q.keys.job("ghost")) == 0
+    assert q.events("stalled") == []
+
+
+def test_a_stall_merges_a_blocked_twin(q: Proto) -> None:
+    q.start("s", token="t", lease_ms=LEASE_MS, data=1)
+    q.enqueue("s", data=2, reset_counts=False)
+    time.sleep(PAST_LEASE)
+    assert q.reap().recovered == 1
+    job = q.job("s")
+    assert (job["state"], job["data"], job["stalls"]) == ("waiting", "2", "1")
+    assert q.r.exists(q.keys.blocked_job("s")) == 0
+    assert q.members(q.keys.blocked) == []
+
+
+def test_a_stall_honours_a_later_run_at_of_the_merged_twin(q: Proto) -> None:
+    q.start("s", token="t", lease_ms=LEASE_MS)
+    q.enqueue("s", delay=30)
+    due = int(q.twin("s")["run_at"])
+    time.sleep(PAST_LEASE)
+    assert q.reap().recovered == 1
+    assert q.job("s")["state"] == "delayed"
+    assert q.score(q.keys.scheduled, "s") == due
+
+
+def test_failing_for_good_releases_a_blocked_twin(q: Proto) -> None:
+    q.start("s", token="t", lease_ms=LEASE_MS, max_stalls=1, data=1)
+    q.enqueue("s", data=2)
+    time.sleep(PAST_LEASE)
+    assert q.reap().failed == 1
+    job = q.job("s")
+    assert (job["state"], job["data"], job["stalls"]) == ("waiting", "2", "0")
+    assert q.members(q.keys.ready) == ["s"]
+    assert q.members(q.keys.failed) == []
+
+
+def test_a_stalled_failure_sweeps_expired_failed_records(q: Proto) -> None:
+    for i in range(3):
+        q.r.hset(q.keys.job(f"old{i}"), "state", "failed")
+        q.r.zadd(q.keys.failed, {f"old{i}": 1 + i})
+    q.start("a", token="t", lease_ms=LEASE_MS, max_stalls=1)
+    time.sleep(PAST_LEASE)
+    assert q.reap().failed == 1
+    assert q.members(q.keys.failed) == ["old2", "a"]
+    assert [q.r.exists(q.keys.job(f"old{i}")) for i in range(3)] == [0, 0, 1]
