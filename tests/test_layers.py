@@ -87,8 +87,8 @@ def violations(src: Path) -> list[str]:
     known = frozenset(module.name for module in modules)
     problems = []
     for module in modules:
-        if module.name == ROOT:
-            continue  # conveyor/__init__.py re-exports the public API from every layer
+        if module.name in (ROOT, f"{ROOT}.__main__"):
+            continue  # the package root re-exports every layer; __main__ is the CLI entry
         for lineno, target in imports(module, known):
             problem = _check(module.name, target)
             if problem:

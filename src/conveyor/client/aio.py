@@ -11,12 +11,14 @@ import redis
 import redis.asyncio
 
 from conveyor.client.core import (
+    CONNECTION_OPTIONS,
     Enqueued,
     EnqueueOptions,
     JobRequest,
     QueueCore,
     QueueSettings,
     WorkerInfo,
+    block_slice,
     resolve_url,
 )
 from conveyor.client.events import Event, decode_events
@@ -31,7 +33,7 @@ log = logging.getLogger("conveyor")
 
 def connect(url: str | None = None) -> redis.asyncio.Redis:
     """A redis-py client for `url` (or the environment), bytes replies."""
-    return redis.asyncio.Redis.from_url(resolve_url(url), socket_connect_timeout=5)
+    return redis.asyncio.Redis.from_url(resolve_url(url), **CONNECTION_OPTIONS)
 
 
 class AsyncQueue:
@@ -53,6 +55,7 @@ class AsyncQueue:
         self.client = client if client is not None else connect(url)
         self._runner = AsyncRunner(self.client, self.core.scripts)
         self._checked = False
+        self._pool_options = self.client.connection_pool.connection_kwargs
 
     @property
     def name(self) -> str:
@@ -168,7 +171,9 @@ class AsyncQueue:
             reply = await self.client.xread(
                 {self.core.keys.events: after},
                 count=count,
-                block=None if block is None else max(1, round(block * 1000)),
+                block=None
+                if block is None
+                else round(1000 * block_slice(self._pool_options, block)),
             )
         return decode_events(reply)
 
@@ -191,7 +196,7 @@ class AsyncQueue:
                 raise WaitTimeoutError(f"job {job_id!r} did not finish within {timeout} s")
             with translated():
                 # redis-py types the timeout as int; Redis takes decimal seconds
-                block: Any = max(left, 0.01)
+                block: Any = block_slice(self._pool_options, left)
                 element = await self.client.blmove(done_key, done_key, block, "RIGHT", "LEFT")
             if element is not None:
                 reply = ops.decode_done(element)

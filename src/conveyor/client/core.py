@@ -115,6 +115,26 @@ def resolve_url(url: str | None) -> str:
     )
 
 
+# Every connection Conveyor opens: a dead server is noticed within
+# SOCKET_TIMEOUT on ordinary commands; blocking commands wait in slices
+# shorter than it (see block_slice).
+SOCKET_TIMEOUT = 10.0
+CONNECTION_OPTIONS: dict[str, Any] = {
+    "socket_connect_timeout": 5.0,
+    "socket_timeout": SOCKET_TIMEOUT,
+    "socket_keepalive": True,
+}
+
+
+def block_slice(connection_kwargs: Mapping[str, Any], wanted: float) -> float:
+    """How long one blocking command may wait: `wanted`, but a second short
+    of the client's socket timeout, or redis-py gives up on the socket."""
+    socket_timeout = connection_kwargs.get("socket_timeout")
+    if socket_timeout:
+        wanted = min(wanted, max(0.01, float(socket_timeout) - 1.0))
+    return max(0.01, wanted)
+
+
 def parse_version(text: str) -> tuple[int, int, int]:
     parts = [int(p) for p in text.split(".")[:3] if p.isdigit()]
     return (parts + [0, 0, 0])[0], (parts + [0, 0, 0])[1], (parts + [0, 0, 0])[2]

@@ -26,7 +26,7 @@ import redis.asyncio
 
 from conveyor import serializers
 from conveyor.client.aio import AsyncQueue
-from conveyor.client.core import resolve_url
+from conveyor.client.core import CONNECTION_OPTIONS, SOCKET_TIMEOUT, resolve_url
 from conveyor.client.sync import connect as connect_sync
 from conveyor.client.tasks import Tasks
 from conveyor.client.transport import AsyncRunner, SyncRunner
@@ -117,7 +117,11 @@ class Worker:
 
     async def run(self) -> None:
         queue = AsyncQueue(self.tasks.queue_name, url=self.url, settings=self.tasks.settings)
-        blocker = redis.asyncio.Redis.from_url(self.url, socket_connect_timeout=5)
+        # the blocking connection waits up to idle_wait: its socket timeout must be longer
+        blocker = redis.asyncio.Redis.from_url(
+            self.url,
+            **{**CONNECTION_OPTIONS, "socket_timeout": self.settings.idle_wait + SOCKET_TIMEOUT},
+        )
         sync_client = connect_sync(self.url)
         self._queue = queue
         self._blocker = blocker
