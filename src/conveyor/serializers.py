@@ -14,15 +14,55 @@ _encoder = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii
 _decoder = json.JSONDecoder()
 
 
+# Deeper documents could be encoded here yet not decoded by a worker whose
+# stack is already deeper: refuse them at the producer.
+MAX_DEPTH = 200
+
+
 def dumps(value: Any, *, what: str = "data") -> str:
-    """Strict JSON (no NaN or Infinity, no custom objects)."""
+    """Strict JSON: no NaN or Infinity, no custom objects, valid UTF-8 text,
+    nesting at most MAX_DEPTH."""
     try:
-        return _encoder.encode(value)
+        text = _encoder.encode(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise NotSerializableError(f"{what} is not JSON-serialisable: {exc}") from None
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise NotSerializableError(f"{what} is not valid Unicode text: {exc}") from None
+    if text.count("[") + text.count("{") > MAX_DEPTH and _depth(text) > MAX_DEPTH:
+        raise NotSerializableError(f"{what} is nested deeper than {MAX_DEPTH} levels")
+    return text
+
+
+def _depth(text: str) -> int:
+    """Deepest nesting of arrays and objects in JSON text (outside strings)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
 
 
 def loads(text: str | bytes) -> Any:
-    if isinstance(text, bytes):
-        text = text.decode("utf-8")
-    return _decoder.decode(text)
+    """Decode JSON; any undecodable input raises ValueError."""
+    try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        return _decoder.decode(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to decode") from None

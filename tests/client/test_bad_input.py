@@ -35,6 +35,8 @@ BAD_ENQUEUES: list[tuple[str, dict[str, Any], type[ConveyorError]]] = [
     ("set", {"data": {1, 2}}, NotSerializableError),
     ("bytes", {"data": b"\xff\xfe"}, NotSerializableError),
     ("too deep", {"data": _nested(100_000)}, NotSerializableError),
+    ("deeper than workers decode", {"data": _nested(201)}, NotSerializableError),
+    ("lone surrogate", {"data": "\ud800"}, NotSerializableError),
     ("too big", {"data": "x" * (512 * 1024)}, PayloadTooLargeError),
     ("empty id", {"id": ""}, InvalidJobIdError),
     ("id with newline", {"id": "a\nb"}, InvalidJobIdError),
@@ -72,6 +74,11 @@ def test_bad_enqueue_raises_and_writes_nothing(
     assert isinstance(raised.value, ConveyorError)
     assert str(raised.value)
     assert redis_client.dbsize() == before
+
+
+def test_nesting_up_to_the_limit_is_accepted(queue: Any) -> None:
+    assert queue.enqueue("task", _nested(200)).outcome == "created"
+    assert queue.enqueue("task", {"s": "[[[[" * 100}).outcome == "created"  # brackets in text
 
 
 def test_unknown_option_is_also_a_type_error(queue: Any) -> None:

@@ -109,8 +109,9 @@ class Proto:
         item = ops.FailItem(job_id, token, error, permanent, retry_delay_ms, jitter)
         return self.fail_items(item)[0]
 
-    def release(self, *leases: tuple[str, str]) -> list[int]:
-        return [int(x) for x in self.run(ops.release(self.keys, leases, events_maxlen=MAXLEN))]
+    def release(self, *leases: tuple[str, str], started: bool = False) -> list[int]:
+        given = [(job_id, token, started) for job_id, token in leases]
+        return [int(x) for x in self.run(ops.release(self.keys, given, events_maxlen=MAXLEN))]
 
     def reap(self, batch: int = 100) -> ops.ReapReply:
         return ops.decode_reap(self.run(ops.reap(self.keys, batch=batch, events_maxlen=MAXLEN)))

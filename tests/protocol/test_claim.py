@@ -175,3 +175,28 @@ def test_attempts_count_every_claim(q: Proto) -> None:
     (job,) = q.claim(token="t2").jobs
     assert job.attempts == 2
     assert q.job("a")["token"] == "t2"
+
+
+def test_a_job_that_stalled_before_is_claimed_alone(q: Proto) -> None:
+    for job_id in ("s", "a", "b"):
+        q.enqueue(job_id)
+    q.r.hset(q.keys.job("s"), "stalls", 1)
+    assert q.claimed_ids(3) == ["s"]  # a suspect first: claimed, the rest put back
+    assert q.members(q.keys.ready) == ["a", "b"]
+    q.enqueue("c")
+    q.r.hset(q.keys.job("b"), "stalls", 2)
+    assert q.claimed_ids(3) == ["a"]  # a suspect later in the batch: it and the rest wait
+    assert q.members(q.keys.ready) == ["b", "c"]
+    assert q.claimed_ids(3) == ["b"]
+    assert q.claimed_ids(3) == ["c"]
+
+
+def test_corrupt_records_fail_with_a_reason_and_the_rest_are_claimed(q: Proto) -> None:
+    for job_id in ("ok1", "zombie", "count", "ok2"):
+        q.enqueue(job_id)
+    q.r.hset(q.keys.job("zombie"), "state", "zombie")
+    q.r.hset(q.keys.job("count"), "attempts", "many")
+    assert q.claimed_ids(4) == ["ok1", "ok2"]
+    assert q.job("zombie")["error"] == "corrupt record: unknown state 'zombie'"
+    assert q.job("count")["error"] == "corrupt record: attempts or stalls is not a number"
+    assert set(q.members(q.keys.failed)) == {"zombie", "count"}

@@ -241,3 +241,11 @@ def test_a_record_missing_its_backoffs_retries_at_once(q: Proto) -> None:
     q.r.hdel(q.keys.job("a"), "min_backoff", "max_backoff")
     assert q.fail("a", "t") == "retried"
     assert q.members(q.keys.ready) == ["a"]
+
+
+def test_non_numeric_options_fall_back_instead_of_raising(q: Proto) -> None:
+    q.start("a", token="t")
+    q.r.hset(q.keys.job("a"), mapping={"max_failures": "lots", "min_backoff": "x"})
+    assert q.fail("a", "t") == "failed"  # max_failures falls back to 1
+    assert q.job("a")["state"] == "failed"
+    assert q.members(q.keys.active) == []

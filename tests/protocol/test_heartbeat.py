@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import time
+from typing import Any
+
+import pytest
+import redis
+
+from conveyor.errors import OutOfMemoryError
 
 from .harness import Proto
 
@@ -78,3 +84,19 @@ def test_heartbeat_writes_no_events_and_touches_no_job_fields(q: Proto) -> None:
     q.heartbeat([("a", "t")])
     assert q.job("a") == job
     assert q.events() == events
+
+
+def test_leases_are_renewed_even_when_redis_is_out_of_memory(server_factory: Any) -> None:
+    server = server_factory(extra_args=["--maxmemory-policy", "noeviction"])
+    client = redis.Redis.from_url(server.url)
+    q = Proto(client, "oom")
+    q.start("a", token="t", lease_ms=1_000)
+    q.heartbeat([("a", "t")])  # the first beat creates the roll-call entry
+    client.set("filler", "x" * 4_000_000)
+    client.config_set("maxmemory", 1_000_000)  # now well over the limit
+    with pytest.raises(OutOfMemoryError):
+        q.enqueue("b")  # growing writes are refused...
+    raw = q.heartbeat_raw([("a", "t")], lease_ms=60_000)
+    assert raw[1:] == []  # ...but renewing the lease is not
+    assert q.score(q.keys.active, "a") == int(raw[0]) + 60_000
+    client.close()

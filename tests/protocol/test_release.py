@@ -66,3 +66,11 @@ def test_release_honours_a_later_run_at_of_the_merged_twin(q: Proto) -> None:
     assert q.job("s")["state"] == "delayed"
     assert q.score(q.keys.scheduled, "s") == due
     assert q.members(q.keys.ready) == []
+
+
+def test_an_interrupted_run_keeps_its_attempt(q: Proto) -> None:
+    q.start("a", token="t1")
+    assert q.release(("a", "t1"), started=True) == [1]
+    assert q.job("a")["attempts"] == "1"
+    (job,) = q.claim(token="t2").jobs
+    assert job.attempts == 2  # the handler can tell it is a re-delivery

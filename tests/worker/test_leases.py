@@ -206,9 +206,13 @@ def test_graceful_stop_finishes_short_jobs_and_gives_back_long_ones(
     assert time.monotonic() - t0 < 3
     assert sync_queue.get(s.id).state is JobState.COMPLETED
     back = sync_queue.get(long_job.id)
-    assert (back.state, back.attempts, back.failures) == (JobState.WAITING, 0, 0)
-    for job in queued:
-        assert sync_queue.get(job.id).state is JobState.WAITING
+    # interrupted: it keeps its attempt, so the re-run knows it is a re-delivery
+    assert (back.state, back.attempts, back.failures) == (JobState.WAITING, 1, 0)
+    for job in queued:  # claimed but never started: no attempt counted
+        assert (sync_queue.get(job.id).state, sync_queue.get(job.id).attempts) == (
+            JobState.WAITING,
+            0,
+        )
     assert "released" in [e.name for e in sync_queue.events(after="0-0")]
 
 

@@ -75,6 +75,12 @@ def worker(
         click.echo(f"worker {run.id}: queue {tasks.queue_name!r}, tasks {sorted(tasks.handlers)}")
         run.run_sync()
         click.echo(f"worker {run.id}: {run.processed} completed, {run.failed} failed")
+    # A sync handler still running past the grace period was given back to the
+    # queue; its thread cannot be cancelled, so end the process without joining it.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 @main.command()

@@ -248,10 +248,13 @@ def decode_fail(reply: Sequence[Any]) -> list[str]:
     return [text(x) for x in reply]
 
 
-def release(keys: QueueKeys, leases: Sequence[tuple[str, str]], *, events_maxlen: int) -> Call:
+def release(
+    keys: QueueKeys, leases: Sequence[tuple[str, str, bool]], *, events_maxlen: int
+) -> Call:
+    """Give back (id, token, started) leases; see release.lua."""
     args: list[Arg] = [events_maxlen]
-    for job_id, token in leases:
-        args.extend((job_id, token))
+    for job_id, token, started in leases:
+        args.extend((job_id, token, _flag(started)))
     return Call(
         "release",
         (keys.base, keys.active, keys.ready, keys.scheduled, keys.marker, keys.events,

@@ -53,7 +53,7 @@ class AckBuffer:
             try:
                 await self._write(batch)
                 delay = 0.05
-            except ConnectionLostError as exc:
+            except (ConnectionLostError, OSError) as exc:
                 # Re-sending is safe: a run that was already ended refuses the write.
                 log.warning("acknowledging %d job(s) failed, retrying: %s", len(batch), exc)
                 self._pending = batch + self._pending
@@ -61,8 +61,26 @@ class AckBuffer:
                 delay = min(delay * 2, 5.0)
                 self._wake.set()
                 continue
+            except Exception:
+                # A script refused the batch (a corrupt record, say): write the
+                # jobs one by one, so one bad job cannot hold back the others.
+                log.exception("acknowledging %d job(s) failed; writing them one by one", len(batch))
+                await self._write_each(batch)
             if not self._pending:
                 self._idle.set()
+
+    async def _write_each(self, batch: list[Outcome]) -> None:
+        for outcome in batch:
+            try:
+                await self._write([outcome])
+            except Exception as exc:
+                # Give the job up: its lease lapses and the reaper recovers it.
+                log.error(
+                    "job %s: outcome could not be written (%s); left to lease expiry",
+                    outcome[0],
+                    exc,
+                )
+                self.on_written(outcome[0], "unwritten")
 
     async def _write(self, batch: list[Outcome]) -> None:
         done = [(i, t, o.result) for i, t, o in batch if isinstance(o, Success)]

@@ -11,6 +11,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+import redis
+
 from conveyor.client.core import QueueCore
 from conveyor.client.transport import SyncRunner
 from conveyor.errors import ConveyorError
@@ -58,8 +60,8 @@ class Heartbeat(threading.Thread):
             try:
                 self.beat()
                 self.reap()
-            except ConveyorError as exc:  # Redis away: try again next beat
-                log.warning("heartbeat failed: %s", exc)
+            except (ConveyorError, redis.RedisError) as exc:  # Redis away or full
+                log.warning("heartbeat failed, trying again in %.1f s: %s", self.interval, exc)
             except Exception:  # never let the thread die silently
                 log.exception("heartbeat failed")
             if self._stop.wait(self.interval):

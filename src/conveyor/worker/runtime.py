@@ -30,7 +30,7 @@ from conveyor.client.core import CONNECTION_OPTIONS, SOCKET_TIMEOUT, resolve_url
 from conveyor.client.sync import connect as connect_sync
 from conveyor.client.tasks import Tasks
 from conveyor.client.transport import AsyncRunner, SyncRunner
-from conveyor.errors import ConfigurationError, ConnectionLostError, ServerError
+from conveyor.errors import ConfigurationError, ConnectionLostError, ConveyorError
 from conveyor.protocol import ops
 from conveyor.timeutil import to_ms
 from conveyor.worker.acks import AckBuffer
@@ -208,6 +208,8 @@ class Worker:
     async def _serve(self) -> None:
         runners = [asyncio.create_task(self._run_jobs()) for _ in range(self.settings.concurrency)]
         flusher = asyncio.create_task(self._acks.run())
+        for task in [*runners, flusher]:
+            task.add_done_callback(self._died)
         try:
             await self._claim_loop()
             await self._shut_down()
@@ -215,6 +217,15 @@ class Worker:
             for task in [*runners, flusher]:
                 task.cancel()
             await asyncio.gather(*runners, flusher, return_exceptions=True)
+
+    def _died(self, task: asyncio.Task[Any]) -> None:
+        """A runner or the ack writer must never end on its own: if one does,
+        say why and stop the worker rather than run on as a black hole."""
+        if task.cancelled():
+            return
+        log.critical("worker task ended unexpectedly: %r; stopping", task.exception())
+        self.stop()
+        self.stop()
 
     async def _claim_loop(self) -> None:
         concurrency = self.settings.concurrency
@@ -229,7 +240,9 @@ class Worker:
             try:
                 reply = await self._claim(free)
                 delay = 0.05
-            except (ConnectionLostError, ServerError) as exc:
+            except (ConveyorError, redis.RedisError) as exc:
+                # never exit on a failed claim: Redis may be back, or the
+                # script refused one bad record and the next call goes on
                 log.warning("claim failed (%s); retrying", exc)
                 await asyncio.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 5.0)
@@ -302,7 +315,7 @@ class Worker:
         else:
             try:
                 data = serializers.loads(claimed.data or b"")
-            except ValueError as exc:
+            except ValueError as exc:  # UnicodeDecodeError and deep nesting included
                 problem = f"UndecodableDataError: job data is not JSON: {exc}"
         timeout_ms = claimed.timeout_ms or 0
         ctx = JobContext(
@@ -340,6 +353,7 @@ class Worker:
                     self._all_done.set()
 
     def _written(self, job_id: str, what: str) -> None:
+        """An outcome reached Redis (or was given up): stop holding the lease."""
         self._held.pop(job_id, None)
         if what == "lost":
             log.warning("job %s: lease lost before its outcome was written; discarded", job_id)
@@ -395,7 +409,7 @@ class Worker:
             running = self._inbox.get_nowait()
             unstarted.append(running)
             self._in_flight -= 1
-        await self._release(unstarted)
+        await self._release(unstarted, started=False)
         if self._in_flight:
             waiting = asyncio.create_task(self._all_done.wait())
             hard = asyncio.create_task(self._hard_stop.wait())
@@ -410,14 +424,14 @@ class Worker:
             running.ctx.lost = True  # its writes are dropped: it goes back to the queue
             if running.scope is not None:
                 running.scope.reschedule(now)
-        await self._release(leftovers)
+        await self._release(leftovers, started=True)
         await self._acks.drained()
 
-    async def _release(self, runnings: list[Running]) -> None:
+    async def _release(self, runnings: list[Running], *, started: bool) -> None:
         if not runnings:
             return
         core = self._queue.core
-        leases = [(r.ctx.id, r.ctx.token) for r in runnings]
+        leases = [(r.ctx.id, r.ctx.token, started) for r in runnings]
         call = ops.release(core.keys, leases, events_maxlen=core.settings.events_maxlen)
         try:
             await self._runner.run(call)
@@ -425,7 +439,7 @@ class Worker:
             log.warning(
                 "could not give back %d job(s) (%s): they return on lease expiry", len(leases), exc
             )
-        for job_id, _ in leases:
+        for job_id, _, _ in leases:
             self._held.pop(job_id, None)
         log.info("gave back %d unfinished job(s)", len(leases))
 

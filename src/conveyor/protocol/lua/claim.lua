@@ -26,8 +26,12 @@
 -- order); claimed jobs move ready -> active with state, token, worker,
 -- started_at and attempts + 1; an `active` event per job; when jobs remain
 -- ready, the marker is set so another idle worker wakes.
--- An id in `ready` whose record is missing is recorded as failed with a reason;
--- one whose record is in another state (a stale index entry) is dropped.
+-- An id in `ready` whose record is missing, has an unknown state or
+-- non-numeric counters is recorded as failed with a reason; one whose record
+-- is in another known state (a stale index entry) is dropped.
+-- A job that has stalled before (its worker died with it) is claimed alone:
+-- if it is a poison job that kills workers, it takes no batch-mates down. The
+-- jobs popped after it go back to `ready` with their scores.
 -- Complexity: O((promote + count) * log N).
 
 -- @include common
@@ -59,15 +63,17 @@ local function promote()
   end
 end
 
--- A ready id without a record cannot run; keep a visible trace of it.
-local function fail_orphan(id)
+-- A ready id whose record cannot run; keep a visible trace of it for a day.
+local function fail_corrupt(id, reason)
   local job_key = base .. 'job:' .. id
-  redis.call('HSET', job_key, 'state', 'failed', 'error', 'job record missing',
-             'finished_at', now)
+  redis.call('HSET', job_key, 'state', 'failed', 'error', reason, 'finished_at', now)
   redis.call('PEXPIRE', job_key, 86400000)
   redis.call('ZADD', failed, now + 86400000, id)
-  emit(events, maxlen, 'event', 'failed', 'id', id, 'error', 'job record missing')
+  emit(events, maxlen, 'event', 'failed', 'id', id, 'error', reason)
 end
+
+local KNOWN_STATES = {waiting = true, delayed = true, active = true, completed = true,
+                      failed = true, blocked = true, waiting_children = true}
 
 local FIELDS = {'state', 'task', 'data', 'attempts', 'failures', 'stalls', 'max_failures',
                 'max_stalls', 'min_backoff', 'max_backoff', 'timeout', 'priority', 'created_at'}
@@ -77,24 +83,46 @@ if redis.call('HGET', meta, 'paused') == '1' then
   out[2] = next_due()
   return out
 end
+local function lease_job(id, job_key, f, attempts)
+  redis.call('HSET', job_key, 'attempts', attempts, 'state', 'active', 'token', token,
+             'worker', worker, 'started_at', now)
+  redis.call('ZADD', active, now + lease, id)
+  emit(events, maxlen, 'event', 'active', 'id', id, 'attempt', attempts, 'worker', worker)
+  out[#out + 1] = id
+  f[4] = attempts
+  for k = 2, #FIELDS do
+    out[#out + 1] = f[k]
+  end
+end
+
+local function put_back(popped, from)
+  for k = from, #popped, 2 do
+    redis.call('ZADD', ready, popped[k + 1], popped[k])
+  end
+end
+
 promote()
 local popped = redis.call('ZPOPMIN', ready, count)
 for i = 1, #popped, 2 do
   local id = popped[i]
   local job_key = base .. 'job:' .. id
   local f = redis.call('HMGET', job_key, unpack(FIELDS))
+  local attempts, stalls = tonumber(f[4] or '0'), tonumber(f[6] or '0')
   if not f[1] then
-    fail_orphan(id)
+    fail_corrupt(id, 'job record missing')
+  elseif not KNOWN_STATES[f[1]] then
+    fail_corrupt(id, "corrupt record: unknown state '" .. f[1] .. "'")
+  elseif f[1] == 'waiting' and not (attempts and stalls) then
+    fail_corrupt(id, 'corrupt record: attempts or stalls is not a number')
   elseif f[1] == 'waiting' then
-    local attempts = redis.call('HINCRBY', job_key, 'attempts', 1)
-    redis.call('HSET', job_key, 'state', 'active', 'token', token, 'worker', worker,
-               'started_at', now)
-    redis.call('ZADD', active, now + lease, id)
-    emit(events, maxlen, 'event', 'active', 'id', id, 'attempt', attempts, 'worker', worker)
-    out[#out + 1] = id
-    f[4] = attempts
-    for k = 2, #FIELDS do
-      out[#out + 1] = f[k]
+    if stalls > 0 and #out > 2 then
+      put_back(popped, i)  -- a suspect runs alone, in the next claim
+      break
+    end
+    lease_job(id, job_key, f, attempts + 1)
+    if stalls > 0 then
+      put_back(popped, i + 2)
+      break
     end
   end
 end

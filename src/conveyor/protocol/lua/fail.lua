@@ -39,7 +39,7 @@ local maxlen = ARGV[1]
 local now = now_ms()
 
 local function backoff(f, failures, jitter)
-  local low, high = tonumber(f[4] or '0'), tonumber(f[5] or '0')
+  local low, high = num(f[4], 0), num(f[5], 0)
   local delay = math.min(high, low * 2 ^ (failures - 1))
   return math.floor(math.max(low, delay * (0.5 + jitter / 2)))
 end
@@ -73,9 +73,9 @@ for i = 2, #ARGV, 6 do
   else
     redis.call('ZREM', active, id)
     redis.call('HDEL', job_key, 'token')
-    local failures = redis.call('HINCRBY', job_key, 'failures', 1)
-    redis.call('HSET', job_key, 'error', err)
-    if permanent == '1' or failures >= tonumber(f[3] or '1') then
+    local failures = num(redis.call('HGET', job_key, 'failures'), 0) + 1
+    redis.call('HSET', job_key, 'failures', failures, 'error', err)
+    if permanent == '1' or failures >= num(f[3], 1) then
       out[#out + 1] = fail_for_good(job_key, id, err, f[6])
     else
       local delay = override ~= '' and tonumber(override) or backoff(f, failures, jitter)

@@ -14,7 +14,8 @@
 -- longer holds (token changed or job no longer active). The worker must
 -- stop them: their writes will be refused.
 --
--- Effects: deadlines of held leases moved to now + lease_ms; the worker's
+-- Effects: first PEXPIRE of the worker's entry (keeps the script allowed under
+-- maxmemory, see below); deadlines of held leases moved to now + lease_ms; the worker's
 -- info stored for worker_ttl_ms; expired roll-call entries dropped (at most 10).
 -- Complexity: O(batch * log N).
 
@@ -23,6 +24,11 @@
 local active, workers = KEYS[2], KEYS[3]
 local worker, lease, ttl, info = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local now = now_ms()
+
+-- Under maxmemory, Redis refuses a script whose first write may grow memory.
+-- Renewing leases does not grow it, so write something harmless first: once
+-- the script has written, the later ZADD XX are allowed and leases survive.
+redis.call('PEXPIRE', base .. 'worker:' .. worker, ttl)
 
 local out = {now}
 for i = 5, #ARGV, 2 do

@@ -45,8 +45,9 @@ for _, id in ipairs(expired) do
   local f = redis.call('HMGET', job_key, 'state', 'max_stalls', 'result_ttl')
   if f[1] == 'active' then
     redis.call('HDEL', job_key, 'token')
-    local stalls = redis.call('HINCRBY', job_key, 'stalls', 1)
-    if stalls >= tonumber(f[2] or '1') then
+    local stalls = num(redis.call('HGET', job_key, 'stalls'), 0) + 1
+    redis.call('HSET', job_key, 'stalls', stalls)
+    if stalls >= num(f[2], 1) then
       local err = stall_error(stalls)
       redis.call('HSET', job_key, 'state', 'failed', 'finished_at', now, 'error', err)
       emit(events, maxlen, 'event', 'failed', 'id', id, 'error', err)

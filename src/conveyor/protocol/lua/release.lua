@@ -10,11 +10,13 @@
 -- KEYS[7] blocked     zset: ids with a blocked twin
 --
 -- ARGV[1] events stream max length
--- ARGV[2 ..] per job, 2 entries: id, token
+-- ARGV[2 ..] per job, 3 entries: id, token, started 0|1 (whether its handler
+--   had begun: an interrupted run keeps its attempt, so the re-run sees
+--   attempt >= 2 and knows it is a re-delivery)
 --
 -- Returns, per job in order: 1 = released, 0 = lease already lost.
--- Effects: the job leaves `active`, attempts - 1 (the attempt never ran to
--- an end), back to ready at its old place, a blocked twin merged
+-- Effects: the job leaves `active`; attempts - 1 when it never started;
+-- back to ready at its old place, a blocked twin merged
 -- (scheduled instead if the merge set a later run_at);
 -- a `released` event; the marker wakes another worker.
 -- Complexity: O(batch * log N).
@@ -29,8 +31,8 @@ local maxlen = ARGV[1]
 local now = now_ms()
 
 local out = {}
-for i = 2, #ARGV, 2 do
-  local id, token = ARGV[i], ARGV[i + 1]
+for i = 2, #ARGV, 3 do
+  local id, token, started = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local job_key = base .. 'job:' .. id
   local f = redis.call('HMGET', job_key, 'state', 'token')
   if f[1] ~= 'active' or f[2] ~= token then
@@ -38,7 +40,10 @@ for i = 2, #ARGV, 2 do
   else
     redis.call('ZREM', active, id)
     redis.call('HDEL', job_key, 'token')
-    redis.call('HINCRBY', job_key, 'attempts', -1)
+    if started ~= '1' then
+      redis.call('HSET', job_key, 'attempts',
+                 math.max(0, num(redis.call('HGET', job_key, 'attempts'), 1) - 1))
+    end
     local due = merge_blocked(job_key, id, blocked_index, now)
     place(job_key, id, due, now, ready, scheduled, marker)
     emit(events, maxlen, 'event', 'released', 'id', id)

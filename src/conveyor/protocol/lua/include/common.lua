@@ -14,7 +14,13 @@ end
 -- of one priority run FIFO (or LIFO). 2^21 * 2^31 + 2^31 < 2^53: exact in a double.
 local SEQ_SPAN = 2147483648
 local function ready_score(priority, seq)
-  return tonumber(priority) * SEQ_SPAN + tonumber(seq)
+  return (tonumber(priority) or 1000) * SEQ_SPAN + (tonumber(seq) or 0)
+end
+
+-- A number from a record field, or `default` when the field is missing or
+-- corrupt: a script must never raise once it has written something.
+local function num(value, default)
+  return tonumber(value) or default
 end
 
 -- Wake one blocked worker: it BZPOPMINs this marker, then claims.

@@ -16,7 +16,7 @@ end
 -- Keep a finished record in `index` (completed or failed, scored by expiry)
 -- for ttl ms, or delete it at once when ttl is 0.
 local function retain(job_key, id, index, ttl, now)
-  ttl = tonumber(ttl)
+  ttl = num(ttl, 86400000)
   if ttl <= 0 then
     redis.call('DEL', job_key)
   else
