@@ -37,14 +37,21 @@ def _finish(queue: Any, redis_client: redis.Redis, *, ok: bool, after: float = 0
         runner.run(ops.fail(core.keys, [item], events_maxlen=100))
 
 
+def _finish_later(queue: Any, redis_client: redis.Redis, *, ok: bool, after: float) -> Any:
+    thread = threading.Thread(
+        target=_finish, args=(queue, redis_client), kwargs={"ok": ok, "after": after}
+    )
+    thread.start()
+    return thread
+
+
 def test_wait_returns_a_result_that_arrives_later(queue: Any, redis_client: redis.Redis) -> None:
     job = queue.enqueue("t", None)
-    threading.Thread(
-        target=_finish, args=(queue, redis_client), kwargs={"ok": True, "after": 0.3}
-    ).start()
+    finisher = _finish_later(queue, redis_client, ok=True, after=0.3)
     started = time.monotonic()
     assert queue.wait_result(job.id, timeout=10) == {"answer": 42}
     assert 0.25 < time.monotonic() - started < 5
+    finisher.join(5)  # its client is closed at teardown: let it read its reply first
 
 
 def test_wait_on_a_finished_job_returns_at_once(queue: Any, redis_client: redis.Redis) -> None:
@@ -55,12 +62,11 @@ def test_wait_on_a_finished_job_returns_at_once(queue: Any, redis_client: redis.
 
 def test_wait_raises_the_failure(queue: Any, redis_client: redis.Redis) -> None:
     job = queue.enqueue("t", None)
-    threading.Thread(
-        target=_finish, args=(queue, redis_client), kwargs={"ok": False, "after": 0.2}
-    ).start()
+    finisher = _finish_later(queue, redis_client, ok=False, after=0.2)
     with pytest.raises(JobFailedError) as raised:
         queue.wait_result(job.id, timeout=10)
     assert raised.value.job_id == job.id and raised.value.error == "Boom: broken"
+    finisher.join(5)
 
 
 def test_wait_times_out_and_missing_jobs_are_reported(queue: Any) -> None:
@@ -79,7 +85,6 @@ def test_waits_longer_than_the_socket_timeout_work(
     client = redis.Redis.from_url(redis_url, socket_timeout=1.0)
     with Queue(queue_name, client=client) as queue:
         job = queue.enqueue("t", None)
-        threading.Thread(
-            target=_finish, args=(queue, redis_client), kwargs={"ok": True, "after": 2.5}
-        ).start()
+        finisher = _finish_later(queue, redis_client, ok=True, after=2.5)
         assert queue.wait_result(job.id, timeout=10) == {"answer": 42}
+        finisher.join(5)

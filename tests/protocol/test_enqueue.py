@@ -24,7 +24,10 @@ def test_creates_a_waiting_job_field_by_field(q: Proto) -> None:
         "max_failures": "4", "max_stalls": "2", "min_backoff": "500", "max_backoff": "9000",
         "timeout": "3000", "result_ttl": "60000", "group": "g1", "run_at": str(created),
     }  # fmt: skip
-    assert q.score(q.keys.ready, "a") == 7 * SEQ_SPAN + HALF + 1
+    # a grouped job waits in its group's ready index; the group joins the rotation
+    assert q.score(q.keys.group_ready("g1"), "a") == 7 * SEQ_SPAN + HALF + 1
+    assert q.members(q.keys.ready) == []
+    assert q.members(q.keys.groups) == ["g1"]
     assert q.members(q.keys.scheduled) == []
     assert q.ttl_ms(q.keys.job("a")) == -1
     assert q.marker_set()

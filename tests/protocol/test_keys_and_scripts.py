@@ -45,7 +45,9 @@ def all_keys(keys: QueueKeys, job_id: str) -> list[str]:
     return [
         keys.meta, keys.ready, keys.scheduled, keys.active, keys.completed, keys.failed,
         keys.blocked, keys.marker, keys.events, keys.workers, keys.worker("host-1-ab"),
-        keys.job(job_id), keys.blocked_job(job_id), keys.done(job_id),
+        keys.job(job_id), keys.blocked_job(job_id), keys.done(job_id), keys.groups,
+        keys.gwait, keys.gactive, keys.group_ready("tenant-1"), keys.group_conf("tenant-1"),
+        keys.wake("host-1-ab"),
     ]  # fmt: skip
 
 
@@ -81,6 +83,7 @@ def sample_call(name: str) -> ops.Call:
         "release": ops.release(keys, [], events_maxlen=10),
         "await": ops.await_job(keys, "id"),
         "cancel": ops.cancel(keys, "id", events_maxlen=10),
+        "limits": ops.limits(keys, "group", group="g", concurrency=1),
     }[name]
 
 
@@ -109,6 +112,8 @@ def test_the_key_layout() -> None:
         "cv:{q}:meta", "cv:{q}:ready", "cv:{q}:scheduled", "cv:{q}:active", "cv:{q}:completed",
         "cv:{q}:failed", "cv:{q}:blocked", "cv:{q}:marker", "cv:{q}:events", "cv:{q}:workers",
         "cv:{q}:worker:host-1-ab", "cv:{q}:job:7", "cv:{q}:blocked:7", "cv:{q}:done:7",
+        "cv:{q}:groups", "cv:{q}:gwait", "cv:{q}:gactive", "cv:{q}:gready:tenant-1",
+        "cv:{q}:gconf:tenant-1", "cv:{q}:wake:host-1-ab",
     ]  # fmt: skip
     assert k.base == "cv:{q}:"
     assert PROTOCOL_VERSION == 1
@@ -182,7 +187,7 @@ def test_no_script_uses_the_keys_command_or_builds_a_foreign_key(name: str) -> N
     # every key not passed in KEYS is derived from the base prefix KEYS[1]
     assert "local base = KEYS[1]" in source
     literals = re.findall(r"'([a-z_]+:)'", source)
-    assert "job:" in literals
+    assert literals, "derives no per-job or per-group key"
     for literal in literals:
         assert re.search(rf"base \.\. '{literal}'", source), literal
 

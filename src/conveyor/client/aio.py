@@ -116,6 +116,37 @@ class AsyncQueue:
         """Remove a waiting or delayed job (or a blocked twin); True if one was."""
         return int(await self._runner.run(self.core.cancel_call(job_id))) == 1
 
+    async def set_limits(
+        self, *, concurrency: int | None = None, rate: int | None = None, per: float = 1.0
+    ) -> None:
+        """Queue-wide limits, enforced at claim time by every worker: at most
+        `concurrency` jobs running at once, at most `rate` jobs started per
+        `per` seconds. None removes a limit."""
+        call = self.core.limits_call("queue", concurrency=concurrency, rate=rate, per=per)
+        await self._runner.run(call)
+
+    async def set_group_limits(
+        self,
+        group: str | None = None,
+        *,
+        concurrency: int | None = None,
+        rate: int | None = None,
+        per: float = 1.0,
+    ) -> None:
+        """Limits of one group (a tenant, a user), or with `group=None` the
+        defaults of every group that has none of its own."""
+        call = self.core.limits_call(
+            "group", group=group or "", concurrency=concurrency, rate=rate, per=per
+        )
+        await self._runner.run(call)
+
+    async def pause_group(self, group: str) -> None:
+        """Stop claims of one group's jobs; its jobs stay queued."""
+        await self._runner.run(self.core.limits_call("pause_group", group=group))
+
+    async def resume_group(self, group: str) -> None:
+        await self._runner.run(self.core.limits_call("resume_group", group=group))
+
     async def pause(self) -> None:
         with translated():
             await self.client.hset(self.core.keys.meta, "paused", "1")
@@ -133,6 +164,22 @@ class AsyncQueue:
         return self.core.job(job_id, raw)
 
     async def counts(self) -> dict[JobState, int]:
+        """Jobs per state; waiting includes the jobs of every group."""
+        keys = self.core.keys
+        with translated():
+            grouped: list[Any] = [
+                *await self.client.zrange(keys.groups, 0, -1),
+                *await self.client.zrange(keys.gwait, 0, -1),
+            ]
+            pipe = self.client.pipeline(transaction=False)
+            for group in grouped:
+                pipe.zcard(keys.group_ready(ops.text(group)))
+            in_groups = sum(int(n) for n in await pipe.execute()) if grouped else 0
+        counts = await self._index_counts()
+        counts[JobState.WAITING] += in_groups
+        return counts
+
+    async def _index_counts(self) -> dict[JobState, int]:
         pairs = self.core.count_keys()
         with translated():
             pipe = self.client.pipeline(transaction=False)
@@ -143,11 +190,17 @@ class AsyncQueue:
             }
 
     async def job_ids(
-        self, state: JobState | str, *, offset: int = 0, limit: int = 100
+        self,
+        state: JobState | str,
+        *,
+        group: str | None = None,
+        offset: int = 0,
+        limit: int = 100,
     ) -> list[str]:
-        """Ids of jobs in `state`, in index order (ready: run order; delayed:
-        due time; active: lease deadline; finished: expiry)."""
-        key = self.core.index_of(state)
+        """Ids of jobs in `state`, in index order (waiting: run order, ungrouped
+        jobs or one `group`'s; delayed: due time; active: lease deadline;
+        finished: expiry)."""
+        key = self.core.index_of(state, group)
         with translated():
             ids = await self.client.zrange(key, offset, offset + limit - 1)
         return [ops.text(i) for i in ids]

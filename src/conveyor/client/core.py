@@ -202,13 +202,49 @@ class QueueCore:
             (JobState.BLOCKED, k.blocked),
         ]
 
-    def index_of(self, state: JobState | str) -> str:
-        """The index key that lists the jobs in `state`."""
+    def index_of(self, state: JobState | str, group: str | None = None) -> str:
+        """The index key that lists the jobs in `state` (waiting jobs of a
+        group have their own)."""
         indexes = dict(self.count_keys())
         try:
-            return indexes[JobState(state)]
+            key = indexes[JobState(state)]
         except (KeyError, ValueError):
             raise ValidationError(f"no index for state {state!r}") from None
+        if group is not None:
+            if JobState(state) is not JobState.WAITING:
+                raise ValidationError("only waiting jobs are indexed per group")
+            return self.keys.group_ready(check_name(group, "group key"))
+        return key
+
+    # --- limits and groups ---------------------------------------------------
+
+    def limits_call(
+        self,
+        what: str,
+        *,
+        group: str = "",
+        concurrency: int | None = None,
+        rate: int | None = None,
+        per: float = 1.0,
+    ) -> ops.Call:
+        """Validate and build a limits call (see limits.lua)."""
+        if group:
+            check_name(group, "group key")
+        for name, value in (("concurrency", concurrency), ("rate", rate)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ValidationError(f"{name} must be an integer >= 1 or None, got {value!r}")
+        if isinstance(per, bool) or not isinstance(per, int | float) or not 0.001 <= per <= 86_400:
+            raise ValidationError(f"per must be a number of seconds in [0.001, 86400]: {per!r}")
+        return ops.limits(
+            self.keys,
+            what,
+            group=group,
+            concurrency=concurrency,
+            rate=rate,
+            window_ms=None if rate is None else round(per * 1000),
+        )
 
     def workers(self, ids: Sequence[Any], infos: Sequence[Any]) -> list[WorkerInfo]:
         alive = []

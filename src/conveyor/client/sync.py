@@ -113,6 +113,37 @@ class Queue:
         """Remove a waiting or delayed job (or a blocked twin); True if one was."""
         return int(self._runner.run(self.core.cancel_call(job_id))) == 1
 
+    def set_limits(
+        self, *, concurrency: int | None = None, rate: int | None = None, per: float = 1.0
+    ) -> None:
+        """Queue-wide limits, enforced at claim time by every worker: at most
+        `concurrency` jobs running at once, at most `rate` jobs started per
+        `per` seconds. None removes a limit."""
+        call = self.core.limits_call("queue", concurrency=concurrency, rate=rate, per=per)
+        self._runner.run(call)
+
+    def set_group_limits(
+        self,
+        group: str | None = None,
+        *,
+        concurrency: int | None = None,
+        rate: int | None = None,
+        per: float = 1.0,
+    ) -> None:
+        """Limits of one group (a tenant, a user), or with `group=None` the
+        defaults of every group that has none of its own."""
+        call = self.core.limits_call(
+            "group", group=group or "", concurrency=concurrency, rate=rate, per=per
+        )
+        self._runner.run(call)
+
+    def pause_group(self, group: str) -> None:
+        """Stop claims of one group's jobs; its jobs stay queued."""
+        self._runner.run(self.core.limits_call("pause_group", group=group))
+
+    def resume_group(self, group: str) -> None:
+        self._runner.run(self.core.limits_call("resume_group", group=group))
+
     def pause(self) -> None:
         with translated():
             self.client.hset(self.core.keys.meta, "paused", "1")
@@ -130,6 +161,22 @@ class Queue:
         return self.core.job(job_id, raw)
 
     def counts(self) -> dict[JobState, int]:
+        """Jobs per state; waiting includes the jobs of every group."""
+        keys = self.core.keys
+        with translated():
+            grouped: list[Any] = [
+                *self.client.zrange(keys.groups, 0, -1),
+                *self.client.zrange(keys.gwait, 0, -1),
+            ]
+            pipe = self.client.pipeline(transaction=False)
+            for group in grouped:
+                pipe.zcard(keys.group_ready(ops.text(group)))
+            in_groups = sum(int(n) for n in pipe.execute()) if grouped else 0
+        counts = self._index_counts()
+        counts[JobState.WAITING] += in_groups
+        return counts
+
+    def _index_counts(self) -> dict[JobState, int]:
         pairs = self.core.count_keys()
         with translated():
             pipe = self.client.pipeline(transaction=False)
@@ -137,10 +184,18 @@ class Queue:
                 pipe.zcard(key)
             return {state: int(n) for (state, _), n in zip(pairs, pipe.execute(), strict=True)}
 
-    def job_ids(self, state: JobState | str, *, offset: int = 0, limit: int = 100) -> list[str]:
-        """Ids of jobs in `state`, in index order (ready: run order; delayed:
-        due time; active: lease deadline; finished: expiry)."""
-        key = self.core.index_of(state)
+    def job_ids(
+        self,
+        state: JobState | str,
+        *,
+        group: str | None = None,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> list[str]:
+        """Ids of jobs in `state`, in index order (waiting: run order, ungrouped
+        jobs or one `group`'s; delayed: due time; active: lease deadline;
+        finished: expiry)."""
+        key = self.core.index_of(state, group)
         with translated():
             ids = self.client.zrange(key, offset, offset + limit - 1)
         return [ops.text(i) for i in ids]

@@ -67,6 +67,27 @@ class QueueKeys:
         return self.base + "events"
 
     @property
+    def groups(self) -> str:
+        """Groups with ready jobs that may run, scored by last service (round robin)."""
+        return self.base + "groups"
+
+    @property
+    def gwait(self) -> str:
+        """Groups held back (paused, at a limit), scored by when to look again."""
+        return self.base + "gwait"
+
+    @property
+    def gactive(self) -> str:
+        """Hash: group -> jobs of the group running now."""
+        return self.base + "gactive"
+
+    def group_ready(self, group: str) -> str:
+        return self.base + "gready:" + group
+
+    def group_conf(self, group: str) -> str:
+        return self.base + "gconf:" + group
+
+    @property
     def workers(self) -> str:
         return self.base + "workers"
 

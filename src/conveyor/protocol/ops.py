@@ -186,7 +186,7 @@ def claim(
     return Call(
         "claim",
         (keys.base, keys.meta, keys.ready, keys.scheduled, keys.active, keys.marker,
-         keys.events, keys.failed),
+         keys.events, keys.failed, keys.groups, keys.gwait, keys.gactive),
         (worker_id, count, lease_ms, token, promote, events_maxlen),
     )  # fmt: skip
 
@@ -319,4 +319,25 @@ def cancel(keys: QueueKeys, job_id: str, *, events_maxlen: int) -> Call:
         "cancel",
         (keys.base, keys.ready, keys.scheduled, keys.blocked, keys.events),
         (job_id, events_maxlen),
+    )
+
+
+def limits(
+    keys: QueueKeys,
+    what: str,
+    *,
+    group: str = "",
+    concurrency: int | None = None,
+    rate: int | None = None,
+    window_ms: int | None = None,
+) -> Call:
+    """Set queue or group limits, or pause / resume a group; see limits.lua."""
+
+    def given(value: int | None) -> Arg:
+        return "" if value is None else value
+
+    return Call(
+        "limits",
+        (keys.base, keys.meta, keys.groups, keys.gwait, keys.marker),
+        (what, group, given(concurrency), given(rate), given(window_ms)),
     )

@@ -21,6 +21,7 @@ SCRIPT_NAMES = (
     "release",
     "await",
     "cancel",
+    "limits",
 )
 
 _INCLUDE = "-- @include "

@@ -28,6 +28,10 @@ if redis.call('DEL', base .. 'blocked:' .. id) == 1 then
   removed = 1
 end
 if state == 'waiting' or state == 'delayed' then
+  local group = redis.call('HGET', job_key, 'group')
+  if group and group ~= '' then
+    redis.call('ZREM', base .. 'gready:' .. group, id)
+  end
   redis.call('ZREM', ready, id)
   redis.call('ZREM', scheduled, id)
   redis.call('DEL', job_key)

@@ -39,6 +39,7 @@ for i = 2, #ARGV, 3 do
     out[#out + 1] = 0
   else
     redis.call('ZREM', active, id)
+    end_run(job_key, marker)
     redis.call('HSET', job_key, 'state', 'completed', 'result', result, 'finished_at', now)
     redis.call('HDEL', job_key, 'token')
     emit(events, maxlen, 'event', 'completed', 'id', id)

@@ -95,7 +95,7 @@ local function replace(job_key, j, state)
   if state == 'waiting' and due <= now then
     return state
   end
-  redis.call('ZREM', ready, j.id)
+  unready(ready, j.id, redis.call('HGET', job_key, 'group'))
   redis.call('ZREM', scheduled, j.id)
   return place(job_key, j.id, due, now, ready, scheduled, marker)
 end

@@ -72,6 +72,7 @@ for i = 2, #ARGV, 6 do
     out[#out + 1] = 'lost'
   else
     redis.call('ZREM', active, id)
+    end_run(job_key, marker)
     redis.call('HDEL', job_key, 'token')
     local failures = num(redis.call('HGET', job_key, 'failures'), 0) + 1
     redis.call('HSET', job_key, 'failures', failures, 'error', err)

@@ -44,6 +44,7 @@ for _, id in ipairs(expired) do
   local job_key = base .. 'job:' .. id
   local f = redis.call('HMGET', job_key, 'state', 'max_stalls', 'result_ttl')
   if f[1] == 'active' then
+    end_run(job_key, marker)
     redis.call('HDEL', job_key, 'token')
     local stalls = num(redis.call('HGET', job_key, 'stalls'), 0) + 1
     redis.call('HSET', job_key, 'stalls', stalls)

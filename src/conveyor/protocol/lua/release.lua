@@ -39,6 +39,7 @@ for i = 2, #ARGV, 3 do
     out[#out + 1] = 0
   else
     redis.call('ZREM', active, id)
+    end_run(job_key, marker)
     redis.call('HDEL', job_key, 'token')
     if started ~= '1' then
       redis.call('HSET', job_key, 'attempts',

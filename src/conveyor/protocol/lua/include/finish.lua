@@ -41,6 +41,21 @@ local function sweep(index, now, limit)
   end
 end
 
+-- Grouped jobs (a tenant, a user) wait in their group's own ready index;
+-- `groups` holds the groups that have ready jobs and may run, scored by
+-- when each was last served (lowest first: round robin). A group that is
+-- paused or at a limit waits in `gwait` instead (score: when to look again,
+-- +inf until an event such as a finished run or a resume).
+local function group_ready(group)
+  return base .. 'gready:' .. group
+end
+
+local function enter_rotation(group)
+  if not redis.call('ZSCORE', base .. 'gwait', group) then
+    redis.call('ZADD', base .. 'groups', 'NX', 0, group)
+  end
+end
+
 -- Place a runnable job: ready (and wake a worker) or scheduled at `due`.
 local function place(job_key, id, due, now, ready, scheduled, marker)
   if due > now then
@@ -49,11 +64,48 @@ local function place(job_key, id, due, now, ready, scheduled, marker)
     wake(marker)
     return 'delayed'
   end
-  local f = redis.call('HMGET', job_key, 'priority', 'seq')
+  local f = redis.call('HMGET', job_key, 'priority', 'seq', 'group')
   redis.call('HSET', job_key, 'state', 'waiting')
-  redis.call('ZADD', ready, ready_score(f[1], f[2]), id)
+  if f[3] and f[3] ~= '' then
+    redis.call('ZADD', group_ready(f[3]), ready_score(f[1], f[2]), id)
+    enter_rotation(f[3])
+  else
+    redis.call('ZADD', ready, ready_score(f[1], f[2]), id)
+  end
   wake(marker)
   return 'waiting'
+end
+
+-- Take a waiting job out of whichever ready index holds it.
+local function unready(ready, id, group)
+  if group and group ~= '' then
+    redis.call('ZREM', group_ready(group), id)
+  else
+    redis.call('ZREM', ready, id)
+  end
+end
+
+-- Every run's end (complete, fail, reap, release): free its group's slot,
+-- bring a group that waited for that slot back, and wake a worker when a
+-- concurrency cap may have held one back.
+local function end_run(job_key, marker)
+  local group = redis.call('HGET', job_key, 'group')
+  if group and group ~= '' then
+    if redis.call('HINCRBY', base .. 'gactive', group, -1) <= 0 then
+      redis.call('HDEL', base .. 'gactive', group)
+    end
+    local waiting = redis.call('ZSCORE', base .. 'gwait', group)
+    if waiting == 'inf' and redis.call('HGET', base .. 'gconf:' .. group, 'paused') ~= '1' then
+      redis.call('ZREM', base .. 'gwait', group)
+      if redis.call('ZCARD', group_ready(group)) > 0 then
+        redis.call('ZADD', base .. 'groups', 'NX', 0, group)
+      end
+      wake(marker)
+    end
+  end
+  if redis.call('HEXISTS', base .. 'meta', 'concurrency') == 1 then
+    wake(marker)
+  end
 end
 
 -- A singleton re-enqueued while it ran waits in blocked:<id>. When the run
