@@ -50,8 +50,10 @@ class AsyncQueue:
         url: str | None = None,
         client: redis.asyncio.Redis | None = None,
         settings: QueueSettings | None = None,
+        failures: bool = False,
     ) -> None:
-        self.core = QueueCore(name, settings or QueueSettings())
+        self.core = QueueCore(name, settings or QueueSettings(), failures=failures)
+        self._owns_client = client is None
         self.client = client if client is not None else connect(url)
         self._runner = AsyncRunner(self.client, self.core.scripts)
         self._checked = False
@@ -68,10 +70,16 @@ class AsyncQueue:
         await self.close()
 
     async def close(self) -> None:
-        await self.client.aclose()
+        if self._owns_client:
+            await self.client.aclose()
 
     def __repr__(self) -> str:
-        return f"AsyncQueue({self.name!r})"
+        lane = ", failures=True" if self.core.failures else ""
+        return f"AsyncQueue({self.name!r}{lane})"
+
+    def failure_lane(self) -> AsyncQueue:
+        """The queue of this queue's failure-handler jobs (same connection)."""
+        return AsyncQueue(self.name, client=self.client, settings=self.core.settings, failures=True)
 
     # --- server checks ---------------------------------------------------------
 

@@ -32,7 +32,7 @@ from conveyor.options import (
     check_name,
 )
 from conveyor.protocol import ops
-from conveyor.protocol.keys import PROTOCOL_VERSION, QueueKeys
+from conveyor.protocol.keys import FAILURE_LANE, PROTOCOL_VERSION, QueueKeys
 from conveyor.protocol.scripts import SCRIPT_NAMES, Script, load_script
 
 MIN_SERVER = (6, 2, 0)
@@ -143,10 +143,12 @@ def parse_version(text: str) -> tuple[int, int, int]:
 class QueueCore:
     """Everything about one queue that needs no I/O."""
 
-    def __init__(self, name: str, settings: QueueSettings) -> None:
+    def __init__(self, name: str, settings: QueueSettings, *, failures: bool = False) -> None:
         self.name = check_name(name, "queue name")
         self.settings = settings
-        self.keys = QueueKeys(check_name(settings.prefix, "key prefix"), self.name)
+        self.failures = failures
+        lane = FAILURE_LANE if failures else ""
+        self.keys = QueueKeys(check_name(settings.prefix, "key prefix"), self.name, lane)
         self.scripts: dict[str, Script] = {n: load_script(n) for n in SCRIPT_NAMES}
 
     # --- enqueue -------------------------------------------------------------

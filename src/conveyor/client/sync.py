@@ -49,8 +49,10 @@ class Queue:
         url: str | None = None,
         client: redis.Redis | None = None,
         settings: QueueSettings | None = None,
+        failures: bool = False,
     ) -> None:
-        self.core = QueueCore(name, settings or QueueSettings())
+        self.core = QueueCore(name, settings or QueueSettings(), failures=failures)
+        self._owns_client = client is None
         self.client = client if client is not None else connect(url)
         self._runner = SyncRunner(self.client, self.core.scripts)
         self._checked = False
@@ -67,10 +69,16 @@ class Queue:
         self.close()
 
     def close(self) -> None:
-        self.client.close()
+        if self._owns_client:
+            self.client.close()
 
     def __repr__(self) -> str:
-        return f"Queue({self.name!r})"
+        lane = ", failures=True" if self.core.failures else ""
+        return f"Queue({self.name!r}{lane})"
+
+    def failure_lane(self) -> Queue:
+        """The queue of this queue's failure-handler jobs (same connection)."""
+        return Queue(self.name, client=self.client, settings=self.core.settings, failures=True)
 
     # --- server checks ---------------------------------------------------------
 

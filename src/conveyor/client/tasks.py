@@ -43,6 +43,15 @@ class Task(Generic[D, R]):
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
 
+    def on_failure(self, handler: Callable[[Any], Any]) -> Task[Any, Any]:
+        """Register `handler` to run, as a job of the queue's failure lane,
+        when a job of this task fails for good (permanently, after its last
+        retry, or after max_stalls). It gets `{"data", "error", "job"}` and is
+        retried with a long backoff; run it with `conveyor worker --failures`."""
+        failure: Task[Any, Any] = Task(self.name, handler, self.tasks)
+        self.tasks.failure_handlers[self.name] = failure
+        return failure
+
     def enqueue(self, data: D, **options: Unpack[EnqueueOptions]) -> Enqueued:
         merged: EnqueueOptions = {**self.defaults, **options}
         return self.tasks.queue().enqueue(self.name, data, **merged)
@@ -67,6 +76,7 @@ class Tasks:
         self.url = url
         self.settings = settings or QueueSettings()
         self.handlers: dict[str, Task[Any, Any]] = {}
+        self.failure_handlers: dict[str, Task[Any, Any]] = {}
         self._queue: Queue | None = None
         self._async_queue: AsyncQueue | None = None
 

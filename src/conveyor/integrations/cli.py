@@ -64,12 +64,21 @@ def main(verbose: int) -> None:
 @click.option("--lease", default=30.0, show_default=True, help="Lease length, seconds.")
 @click.option("--grace", default=30.0, show_default=True, help="SIGTERM grace, seconds.")
 @click.option("--burst", is_flag=True, help="Drain the queue, then exit.")
+@click.option("--failures", is_flag=True, help="Run the failure handlers' jobs instead.")
 def worker(
-    target: str, url: str | None, concurrency: int, lease: float, grace: float, burst: bool
+    target: str,
+    url: str | None,
+    concurrency: int,
+    lease: float,
+    grace: float,
+    burst: bool,
+    failures: bool,
 ) -> None:
     """Run a worker for the tasks at TARGET (module:attribute)."""
     tasks = load_tasks(target)
-    settings = WorkerSettings(concurrency=concurrency, lease=lease, grace=grace, burst=burst)
+    settings = WorkerSettings(
+        concurrency=concurrency, lease=lease, grace=grace, burst=burst, failures=failures
+    )
     with ExitStack() as stack:
         run = Worker(tasks, url=redis_url(url or tasks.url, stack), settings=settings)
         click.echo(f"worker {run.id}: queue {tasks.queue_name!r}, tasks {sorted(tasks.handlers)}")

@@ -19,16 +19,28 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 ID_PATTERN = re.compile(r"[\x21-\x7e]{1,256}")
 
 
+# A queue's failure lane: the jobs of its failure handlers, in the same slot.
+FAILURE_LANE = "failures"
+
+
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
-    """Key names of one queue: `<prefix>:{<queue>}:<suffix>`."""
+    """Key names of one queue: `<prefix>:{<queue>}:<suffix>`, or of its
+    failure lane: `<prefix>:{<queue>}:failures:<suffix>`."""
 
     prefix: str
     queue: str
+    lane: str = ""
 
     @property
     def base(self) -> str:
-        return f"{self.prefix}:{{{self.queue}}}:"
+        lane = f"{self.lane}:" if self.lane else ""
+        return f"{self.prefix}:{{{self.queue}}}:{lane}"
+
+    @property
+    def failure_tasks(self) -> str:
+        """Set: task names that have a failure handler (registered by workers)."""
+        return self.base + "failure_tasks"
 
     @property
     def meta(self) -> str:

@@ -28,7 +28,7 @@ from conveyor import serializers
 from conveyor.client.aio import AsyncQueue
 from conveyor.client.core import CONNECTION_OPTIONS, SOCKET_TIMEOUT, resolve_url
 from conveyor.client.sync import connect as connect_sync
-from conveyor.client.tasks import Tasks
+from conveyor.client.tasks import Task, Tasks
 from conveyor.client.transport import AsyncRunner, SyncRunner
 from conveyor.errors import ConfigurationError, ConnectionLostError, ConveyorError
 from conveyor.protocol import ops
@@ -46,6 +46,7 @@ class WorkerSettings:
     """How a worker runs. Times in seconds."""
 
     concurrency: int = 10
+    failures: bool = False  # run the failure lane's jobs (the failure handlers)
     lease: float = 30.0
     heartbeat_interval: float | None = None  # default: lease / 3
     grace: float = 30.0  # SIGTERM: how long running jobs may finish
@@ -116,7 +117,12 @@ class Worker:
             log.debug("could not wake the blocked wait")
 
     async def run(self) -> None:
-        queue = AsyncQueue(self.tasks.queue_name, url=self.url, settings=self.tasks.settings)
+        queue = AsyncQueue(
+            self.tasks.queue_name,
+            url=self.url,
+            settings=self.tasks.settings,
+            failures=self.settings.failures,
+        )
         # the blocking connection waits up to idle_wait: its socket timeout must be longer
         blocker = redis.asyncio.Redis.from_url(
             self.url,
@@ -153,6 +159,7 @@ class Worker:
         while True:
             try:
                 await queue.check()
+                await self._register_failure_tasks(queue)
                 return
             except ConnectionLostError as exc:
                 if self._stopping:
@@ -160,6 +167,19 @@ class Worker:
                 log.warning("Redis unavailable (%s); retrying in %.1f s", exc, delay)
                 await asyncio.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 5.0)
+
+    async def _register_failure_tasks(self, queue: AsyncQueue) -> None:
+        """Tell the scripts which tasks have a failure handler (see finish.lua)."""
+        names = sorted(self.tasks.failure_handlers)
+        if names and not self.settings.failures:
+            await queue.client.sadd(queue.core.keys.failure_tasks, *names)
+
+    @property
+    def handlers(self) -> dict[str, Task[Any, Any]]:
+        """The handlers this worker runs: the tasks, or their failure handlers."""
+        if self.settings.failures:
+            return self.tasks.failure_handlers
+        return self.tasks.handlers
 
     def _heartbeat(self, runner: SyncRunner) -> Heartbeat:
         loop = asyncio.get_running_loop()
@@ -182,7 +202,8 @@ class Worker:
                 "queue": self.tasks.queue_name,
                 "concurrency": self.settings.concurrency,
                 "started_at": self._started,
-                "tasks": sorted(self.tasks.handlers),
+                "tasks": sorted(self.handlers),
+                "failures": self.settings.failures,
                 "running": self._in_flight,
                 "processed": self.processed,
                 "failed": self.failed,
@@ -308,7 +329,7 @@ class Worker:
     # --- jobs --------------------------------------------------------------------
 
     def _accept(self, claimed: ops.ClaimedJob, token: str) -> None:
-        handler = self.tasks.handlers.get(claimed.task or "")
+        handler = self.handlers.get(claimed.task or "")
         problem, data = None, None
         if handler is None:
             problem = f"UnknownTaskError: no task {claimed.task!r} in this worker"

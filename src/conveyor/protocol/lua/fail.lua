@@ -26,7 +26,8 @@
 -- ready/scheduled again, a blocked twin merged (a `retried` event with the
 -- error and delay_ms, the delay actually applied) or state failed, kept
 -- result_ttl ms in `failed`, waiters told, a blocked twin released (a
--- `failed` event). Up to 2 expired failed records swept per job.
+-- `failed` event; a job in the failure lane when the task has a failure
+-- handler — see finish.lua). Up to 2 expired failed records swept per job.
 -- Complexity: O(batch * log N).
 
 -- @include common
@@ -47,6 +48,7 @@ end
 local function fail_for_good(job_key, id, err, ttl)
   redis.call('HSET', job_key, 'state', 'failed', 'finished_at', now)
   emit(events, maxlen, 'event', 'failed', 'id', id, 'error', err)
+  hand_to_failure_lane(job_key, id, err, now, maxlen)
   notify_waiters(job_key, id, 'failed', err)
   if not release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index) then
     retain(job_key, id, failed, ttl or 0, now)

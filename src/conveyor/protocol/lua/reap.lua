@@ -20,7 +20,8 @@
 -- worker's writes are refused from now on); back to ready at its old place,
 -- a blocked twin merged (scheduled instead if the merge set a later run_at;
 -- a `stalled` event), or state failed with error "stalled" once stalls
--- reaches max_stalls (a `failed` event, waiters told, a blocked twin released;
+-- reaches max_stalls (a `failed` event, waiters told, a blocked twin released,
+-- a failure-lane job when the task has a failure handler;
 -- up to 2 expired failed records swept per job failed).
 -- Complexity: O(batch * log N).
 
@@ -52,6 +53,7 @@ for _, id in ipairs(expired) do
       local err = stall_error(stalls)
       redis.call('HSET', job_key, 'state', 'failed', 'finished_at', now, 'error', err)
       emit(events, maxlen, 'event', 'failed', 'id', id, 'error', err)
+      hand_to_failure_lane(job_key, id, err, now, maxlen)
       notify_waiters(job_key, id, 'failed', err)
       if not release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index) then
         retain(job_key, id, failed, f[3] or 0, now)

@@ -142,3 +142,41 @@ local function merge_blocked(job_key, id, blocked_index, due)
   redis.call('ZREM', blocked_index, id)
   return math.max(due, run_at)
 end
+
+-- Failure handlers. A task named in `failure_tasks` (a set its workers
+-- register) gets, when one of its jobs fails for good, a job in the queue's
+-- failure lane — the keys under `base .. 'failures:'`, same slot — with id
+-- `<id>@<now>`, the same task name, data `{"data": <the job's data>,
+-- "error": <the error>, "job": {id, task, attempts, failures, stalls,
+-- created_at, finished_at}}`, and a long backoff: 10 tries, 1 min to 1 h.
+local FAILURE_RETRIES, FAILURE_MIN_BACKOFF, FAILURE_MAX_BACKOFF = 10, 60000, 3600000
+
+local function hand_to_failure_lane(job_key, id, err, now, maxlen)
+  local f = redis.call('HMGET', job_key, 'task', 'data', 'attempts', 'failures', 'stalls',
+                       'created_at', 'timeout', 'result_ttl', 'priority')
+  if not f[1] or redis.call('SISMEMBER', base .. 'failure_tasks', f[1]) == 0 then
+    return
+  end
+  local lane = base .. 'failures:'
+  local failure_id = id .. '@' .. now
+  local key = lane .. 'job:' .. failure_id
+  if redis.call('EXISTS', key) == 1 then
+    return
+  end
+  local record = cjson.encode({id = id, task = f[1], attempts = num(f[3], 0),
+                               failures = num(f[4], 0), stalls = num(f[5], 0),
+                               created_at = num(f[6], 0), finished_at = now})
+  local data = '{"data":' .. (f[2] or 'null') .. ',"error":' .. cjson.encode(err) ..
+               ',"job":' .. record .. '}'
+  local seq = 1073741824 + (redis.call('HINCRBY', lane .. 'meta', 'seq', 1) % 1073741824)
+  redis.call('HSET', key, 'state', 'waiting', 'task', f[1], 'data', data,
+             'priority', num(f[9], 1000), 'seq', seq, 'attempts', 0, 'failures', 0, 'stalls', 0,
+             'max_failures', FAILURE_RETRIES, 'max_stalls', 3,
+             'min_backoff', FAILURE_MIN_BACKOFF, 'max_backoff', FAILURE_MAX_BACKOFF,
+             'timeout', num(f[7], 0), 'result_ttl', num(f[8], 86400000), 'group', '',
+             'created_at', now, 'run_at', now)
+  redis.call('ZADD', lane .. 'ready', ready_score(num(f[9], 1000), seq), failure_id)
+  wake(lane .. 'marker')
+  emit(lane .. 'events', maxlen, 'event', 'created', 'id', failure_id, 'state', 'waiting',
+       'failed_id', id)
+end
