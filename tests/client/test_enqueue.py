@@ -134,3 +134,13 @@ def test_job_ids_list_a_state_in_index_order(queue: Any) -> None:
     assert queue.job_ids("failed") == []
     with pytest.raises(ValidationError):
         queue.job_ids("sleeping")
+
+
+def test_schedules_through_both_clients(queue: Any) -> None:
+    job_id = queue.schedule("every-minute", "tick", {"n": 1}, every=60, priority="high")
+    assert job_id.startswith("every-minute@")
+    job = queue.get(job_id)
+    assert (job.state, job.priority, job.data) == (JobState.DELAYED, 0, {"n": 1})
+    assert [s.id for s in queue.schedules()] == ["every-minute"]
+    assert queue.unschedule("every-minute") is True
+    assert queue.schedules() == [] and queue.get(job_id) is None

@@ -84,6 +84,11 @@ def sample_call(name: str) -> ops.Call:
         "await": ops.await_job(keys, "id"),
         "cancel": ops.cancel(keys, "id", events_maxlen=10),
         "limits": ops.limits(keys, "group", group="g", concurrency=1),
+        "schedule": ops.schedule(
+            keys, "s", first_tick_ms=1, cron=None, every_ms=1000, template=spec, events_maxlen=10
+        ),
+        "schedule_next": ops.schedule_next(keys, "s", fired_ms=1, next_ms=2, events_maxlen=10),
+        "unschedule": ops.unschedule(keys, "s"),
     }[name]
 
 

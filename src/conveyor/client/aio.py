@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable
+from datetime import timedelta
 from typing import Any, Unpack
 
 import redis
@@ -17,6 +18,7 @@ from conveyor.client.core import (
     JobRequest,
     QueueCore,
     QueueSettings,
+    ScheduleInfo,
     WorkerInfo,
     block_slice,
     resolve_url,
@@ -123,6 +125,43 @@ class AsyncQueue:
     async def cancel(self, job_id: str) -> bool:
         """Remove a waiting or delayed job (or a blocked twin); True if one was."""
         return int(await self._runner.run(self.core.cancel_call(job_id))) == 1
+
+    async def schedule(
+        self,
+        schedule_id: str,
+        task: str,
+        data: Any = None,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        **options: Any,
+    ) -> str:
+        """Create or replace a repeatable job: a 5-field `cron` expression (UTC)
+        or a fixed interval `every` seconds. Exactly one job runs per tick,
+        however many workers run; returns the pending job's id. `options`:
+        priority, max_failures, max_stalls, min_backoff, max_backoff, timeout,
+        result_ttl, group."""
+        call = self.core.schedule_call(
+            schedule_id, task, data, cron=cron, every=every, options=options
+        )
+        await self.check()
+        return ops.text((await self._runner.run(call))[0])
+
+    async def schedules(self) -> list[ScheduleInfo]:
+        """Every schedule of the queue, soonest tick first."""
+        keys = self.core.keys
+        with translated():
+            ids = [ops.text(i) for i in await self.client.zrange(keys.schedules, 0, -1)]
+            pipe = self.client.pipeline(transaction=False)
+            for schedule_id in ids:
+                pipe.hgetall(keys.schedule(schedule_id))
+            raws = await pipe.execute() if ids else []
+        return [self.core.schedule_info(i, raw) for i, raw in zip(ids, raws, strict=True) if raw]
+
+    async def unschedule(self, schedule_id: str) -> bool:
+        """Remove a schedule and its pending job (if not started); True if it existed."""
+        call = ops.unschedule(self.core.keys, schedule_id)
+        return int(await self._runner.run(call)) == 1
 
     async def set_limits(
         self, *, concurrency: int | None = None, rate: int | None = None, per: float = 1.0

@@ -7,6 +7,7 @@ to Redis, so the two can never drift apart.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -19,6 +20,7 @@ from conveyor.errors import (
     JobFailedError,
     JobNotFoundError,
     ProtocolVersionError,
+    UnknownOptionError,
     UnsupportedServerError,
     ValidationError,
 )
@@ -34,6 +36,8 @@ from conveyor.options import (
 from conveyor.protocol import ops
 from conveyor.protocol.keys import FAILURE_LANE, PROTOCOL_VERSION, QueueKeys
 from conveyor.protocol.scripts import SCRIPT_NAMES, Script, load_script
+from conveyor.timeutil import from_ms, to_ms
+from conveyor.timing import check_cron, next_tick
 
 MIN_SERVER = (6, 2, 0)
 URL_VARIABLES = ("CONVEYOR_REDIS_URL", "REDIS_URL")
@@ -92,6 +96,26 @@ class Enqueued:
     queue: str
     outcome: str
     state: JobState
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleInfo:
+    """A repeatable job: its template, timing and the tick of its pending job."""
+
+    id: str
+    task: str
+    data: Any
+    cron: str | None
+    every: float | None
+    next_run: datetime | None
+    job_id: str | None
+
+
+# The options a schedule's job template may set (timing is the schedule's own).
+SCHEDULE_OPTIONS = frozenset(
+    {"priority", "max_failures", "max_stalls", "min_backoff", "max_backoff", "timeout",
+     "result_ttl", "group"}
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +200,60 @@ class QueueCore:
             Enqueued(spec.id, self.name, e.outcome, JobState(e.state))
             for spec, e in zip(specs, ops.decode_enqueue(reply), strict=True)
         ]
+
+    def schedule_call(
+        self,
+        schedule_id: str,
+        task: str,
+        data: Any,
+        *,
+        cron: str | None,
+        every: float | timedelta | None,
+        options: Mapping[str, Any],
+    ) -> ops.Call:
+        """Validate a schedule and build its call; the first tick is the next
+        cron time, or one interval from now."""
+        check_job_id(schedule_id + "@" + "0" * 13)  # its tick jobs' ids must be valid
+        if (cron is None) == (every is None):
+            raise ValidationError("give exactly one of cron= or every=")
+        unknown = set(options) - SCHEDULE_OPTIONS
+        if unknown:
+            raise UnknownOptionError(f"options a schedule cannot take: {sorted(unknown)}")
+        every_ms = None
+        if every is not None:
+            every_ms = to_ms(every) if isinstance(every, timedelta) else round(every * 1000)
+            if isinstance(every, bool) or every_ms < 1:
+                raise ValidationError(f"every must be a positive number of seconds: {every!r}")
+        template = self.spec(task, data, options)
+        now_ms = round(time.time() * 1000)
+        first = next_tick(
+            cron=None if cron is None else check_cron(cron),
+            every_ms=every_ms,
+            fired_ms=now_ms,
+            now_ms=now_ms,
+        )
+        return ops.schedule(
+            self.keys,
+            schedule_id,
+            first_tick_ms=first,
+            cron=cron,
+            every_ms=every_ms,
+            template=template,
+            events_maxlen=self.settings.events_maxlen,
+        )
+
+    def schedule_info(self, schedule_id: str, raw: Mapping[Any, Any]) -> ScheduleInfo:
+        f = {ops.text(k): ops.text(v) for k, v in raw.items()}
+        every = f.get("every")
+        return ScheduleInfo(
+            id=schedule_id,
+            task=f.get("task", ""),
+            data=serializers.loads(f["data"]) if f.get("data") else None,
+            cron=f.get("cron") or None,
+            every=int(every) / 1000 if every else None,
+            next_run=from_ms(int(f["next"])) if f.get("next") else None,
+            job_id=f.get("job"),
+        )
 
     def cancel_call(self, job_id: str) -> ops.Call:
         return ops.cancel(

@@ -100,6 +100,14 @@ class QueueKeys:
         return self.base + "gconf:" + group
 
     @property
+    def schedules(self) -> str:
+        """Schedule ids by the tick of their pending job."""
+        return self.base + "schedules"
+
+    def schedule(self, schedule_id: str) -> str:
+        return self.base + "schedule:" + schedule_id
+
+    @property
     def workers(self) -> str:
         return self.base + "workers"
 

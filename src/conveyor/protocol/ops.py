@@ -18,7 +18,7 @@ Arg = str | int | float | bytes
 # Fields per job in the enqueue script's ARGV (see enqueue.lua).
 ENQUEUE_ARITY = 21
 # Fields per job in the claim script's reply (see claim.lua).
-CLAIM_ARITY = 13
+CLAIM_ARITY = 14
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +100,7 @@ class ClaimedJob:
     timeout_ms: int | None
     priority: int | None
     created_at_ms: int | None
+    schedule: str | None = None  # the schedule id of a repeatable job's tick
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +211,7 @@ def decode_claim(reply: Sequence[Any]) -> ClaimReply:
                 timeout_ms=_int(f[10]),
                 priority=_int(f[11]),
                 created_at_ms=_int(f[12]),
+                schedule=None if f[13] is None else text(f[13]),
             )
         )
     return ClaimReply(int(reply[0]), _optional_ms(reply[1]), jobs)
@@ -340,4 +342,51 @@ def limits(
         "limits",
         (keys.base, keys.meta, keys.groups, keys.gwait, keys.marker),
         (what, group, given(concurrency), given(rate), given(window_ms)),
+    )
+
+
+def _schedule_keys(keys: QueueKeys) -> tuple[str, ...]:
+    return (
+        keys.base, keys.meta, keys.ready, keys.scheduled, keys.marker, keys.events,
+        keys.completed, keys.failed, keys.schedules,
+    )  # fmt: skip
+
+
+def schedule(
+    keys: QueueKeys,
+    schedule_id: str,
+    *,
+    first_tick_ms: int,
+    cron: str | None,
+    every_ms: int | None,
+    template: JobSpec,
+    events_maxlen: int,
+) -> Call:
+    """Create or replace a repeatable job; see schedule.lua."""
+    t = template
+    return Call(
+        "schedule",
+        _schedule_keys(keys),
+        (
+            events_maxlen, schedule_id, first_tick_ms, cron or "",
+            "" if every_ms is None else every_ms, t.task, t.data, t.priority, t.max_failures,
+            t.max_stalls, t.min_backoff_ms, t.max_backoff_ms, t.timeout_ms, t.result_ttl_ms,
+            t.group,
+        ),
+    )  # fmt: skip
+
+
+def schedule_next(
+    keys: QueueKeys, schedule_id: str, *, fired_ms: int, next_ms: int, events_maxlen: int
+) -> Call:
+    return Call(
+        "schedule_next",
+        _schedule_keys(keys),
+        (events_maxlen, schedule_id, fired_ms, next_ms),
+    )
+
+
+def unschedule(keys: QueueKeys, schedule_id: str) -> Call:
+    return Call(
+        "unschedule", (keys.base, keys.ready, keys.scheduled, keys.schedules), (schedule_id,)
     )

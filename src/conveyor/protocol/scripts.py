@@ -22,6 +22,9 @@ SCRIPT_NAMES = (
     "await",
     "cancel",
     "limits",
+    "schedule",
+    "schedule_next",
+    "unschedule",
 )
 
 _INCLUDE = "-- @include "

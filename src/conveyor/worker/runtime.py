@@ -33,6 +33,7 @@ from conveyor.client.transport import AsyncRunner, SyncRunner
 from conveyor.errors import ConfigurationError, ConnectionLostError, ConveyorError
 from conveyor.protocol import ops
 from conveyor.timeutil import to_ms
+from conveyor.timing import next_tick
 from conveyor.worker.acks import AckBuffer
 from conveyor.worker.context import JobContext
 from conveyor.worker.execution import Running, execute
@@ -86,6 +87,7 @@ class Worker:
         self._all_done = asyncio.Event()
         self._wait_task: asyncio.Task[Any] | None = None
         self._wake_task: asyncio.Future[None] | None = None
+        self._side_tasks: set[asyncio.Future[Any]] = set()
         self._inbox: asyncio.Queue[Running] = asyncio.Queue()
         self._executor = ThreadPoolExecutor(
             self.settings.concurrency, thread_name_prefix="conveyor-job"
@@ -298,7 +300,39 @@ class Worker:
         assert isinstance(token, str)
         for claimed in reply.jobs:
             self._accept(claimed, token)
+            if claimed.schedule:
+                self._background(self._advance(claimed, reply.now_ms))
         return reply
+
+    def _background(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+        task.add_done_callback(_log_failure)
+
+    async def _advance(self, claimed: ops.ClaimedJob, now_ms: int) -> None:
+        """A repeatable job's tick was claimed: queue the next tick's job.
+        schedule_next is a compare-and-set, so racing workers add one job."""
+        assert claimed.schedule is not None
+        keys = self._queue.core.keys
+        fired = int(claimed.id.rsplit("@", 1)[-1])  # tick jobs are `<schedule id>@<tick ms>`
+        cron, every = await self._queue.client.hmget(
+            keys.schedule(claimed.schedule), "cron", "every"
+        )
+        following = next_tick(
+            cron=ops.text(cron) if cron else None,
+            every_ms=int(every) if every else None,
+            fired_ms=fired,
+            now_ms=now_ms,
+        )
+        call = ops.schedule_next(
+            keys,
+            claimed.schedule,
+            fired_ms=fired,
+            next_ms=following,
+            events_maxlen=self._queue.core.settings.events_maxlen,
+        )
+        await self._runner.run(call)
 
     async def _wait_for_work(self, reply: ops.ClaimReply) -> None:
         """Block on the wake marker until an enqueue, the next due time, or
@@ -471,4 +505,4 @@ def _call_soon(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
 
 def _log_failure(future: Any) -> None:
     if not future.cancelled() and future.exception() is not None:
-        log.warning("progress update failed: %s", future.exception())
+        log.warning("background write failed: %s", future.exception())

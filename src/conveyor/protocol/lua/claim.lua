@@ -23,9 +23,10 @@
 -- ARGV[5] promote     at most this many due delayed jobs (and held-back groups) promoted per call
 -- ARGV[6] events stream max length
 --
--- Returns: {now_ms, next_due_ms | -1, then 13 fields per claimed job:
+-- Returns: {now_ms, next_due_ms | -1, then 14 fields per claimed job:
 --   id, task, data, attempts, failures, stalls, max_failures, max_stalls,
---   min_backoff, max_backoff, timeout, priority, created_at}
+--   min_backoff, max_backoff, timeout, priority, created_at, schedule}
+--   (schedule: the schedule id of a repeatable job's tick, else nil)
 --   next_due_ms is the earliest moment something may become claimable by
 --   time (a delayed job, a rate window, a held-back group), so an idle
 --   worker can block until then instead of polling.
@@ -58,8 +59,8 @@ local INF = -1  -- "until an event", stored as +inf in gwait
 
 local FIELDS = {'state', 'task', 'data', 'attempts', 'failures', 'stalls', 'max_failures',
                 'max_stalls', 'min_backoff', 'max_backoff', 'timeout', 'priority', 'created_at',
-                'group'}
-local RETURNED = 13
+                'schedule', 'group'}
+local RETURNED = 14
 local KNOWN_STATES = {waiting = true, delayed = true, active = true, completed = true,
                       failed = true, blocked = true, waiting_children = true}
 
@@ -197,8 +198,8 @@ local function take(id, score, from)
              'worker', worker, 'started_at', now)
   redis.call('ZADD', active, now + lease, id)
   emit(events, maxlen, 'event', 'active', 'id', id, 'attempt', attempts, 'worker', worker)
-  if f[14] and f[14] ~= '' then
-    redis.call('HINCRBY', gactive, f[14], 1)
+  if f[15] and f[15] ~= '' then
+    redis.call('HINCRBY', gactive, f[15], 1)
   end
   out[#out + 1] = id
   f[4] = attempts

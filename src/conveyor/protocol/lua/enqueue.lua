@@ -32,10 +32,13 @@
 -- @include common
 -- @include upsert
 -- @include finish
+-- @include create
 
 local meta, ready, scheduled, marker = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local events, blocked_index = KEYS[6], KEYS[7]
 local completed, failed = KEYS[8], KEYS[9]
+local Q = {meta = meta, ready = ready, scheduled = scheduled, marker = marker, events = events,
+           completed = completed, failed = failed}
 local maxlen = ARGV[1]
 local F = tonumber(ARGV[2])
 local now = now_ms()
@@ -58,37 +61,6 @@ local function parse(i)
   }
 end
 
--- FIFO sequence numbers count up from 2^30, LIFO ones down from it, so one
--- priority band holds both orders and every score stays exact.
-local HALF = 1073741824
-local function next_seq(lifo)
-  if lifo == '1' then
-    return HALF - 1 - (redis.call('HINCRBY', meta, 'lifo_seq', 1) % HALF)
-  end
-  return HALF + (redis.call('HINCRBY', meta, 'seq', 1) % HALF)
-end
-
-local function fields_of(j, state)
-  return {
-    'state', state, 'task', j.task, 'data', j.data, 'priority', j.priority,
-    'seq', next_seq(j.lifo), 'attempts', 0, 'failures', 0, 'stalls', 0,
-    'max_failures', j.max_failures, 'max_stalls', j.max_stalls,
-    'min_backoff', j.min_backoff, 'max_backoff', j.max_backoff,
-    'timeout', j.timeout, 'result_ttl', j.result_ttl, 'group', j.group,
-    'created_at', now, 'run_at', j.run_at,
-  }
-end
-
-local function create(job_key, j)
-  redis.call('HSET', job_key, unpack(fields_of(j, 'waiting')))
-  -- a stale entry of an expired record with this id must not sweep the new one
-  redis.call('ZREM', completed, j.id)
-  redis.call('ZREM', failed, j.id)
-  local state = place(job_key, j.id, j.run_at, now, ready, scheduled, marker)
-  emit(events, maxlen, 'event', 'created', 'id', j.id, 'state', state)
-  return state
-end
-
 -- Re-index a waiting or delayed job whose run_at an upsert may have moved.
 local function replace(job_key, j, state)
   local due = upsert(job_key, j)
@@ -105,7 +77,7 @@ local function block(j)
   if redis.call('EXISTS', twin) == 1 then
     upsert(twin, j)
   else
-    local fields = fields_of(j, 'blocked')
+    local fields = job_fields(j, 'blocked', now, meta)
     for _, flag in ipairs(UPSERT_FLAGS) do
       fields[#fields + 1] = flag
       fields[#fields + 1] = j[flag]
@@ -123,7 +95,7 @@ for i = 3, #ARGV, F do
   local state = redis.call('HGET', job_key, 'state')
   local outcome
   if not state then
-    outcome, state = 'created', create(job_key, j)
+    outcome, state = 'created', create_job(job_key, j, now, Q, maxlen)
   elseif state == 'waiting' or state == 'delayed' then
     outcome, state = 'updated', replace(job_key, j, state)
     emit(events, maxlen, 'event', 'updated', 'id', j.id, 'state', state)

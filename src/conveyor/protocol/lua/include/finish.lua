@@ -180,3 +180,15 @@ local function hand_to_failure_lane(job_key, id, err, now, maxlen)
   emit(lane .. 'events', maxlen, 'event', 'created', 'id', failure_id, 'state', 'waiting',
        'failed_id', id)
 end
+
+-- Delete a job that has not started (waiting or delayed); true if it was one.
+local function drop_pending(job_key, id, ready, scheduled)
+  local f = redis.call('HMGET', job_key, 'state', 'group')
+  if f[1] ~= 'waiting' and f[1] ~= 'delayed' then
+    return false
+  end
+  unready(ready, id, f[2])
+  redis.call('ZREM', scheduled, id)
+  redis.call('DEL', job_key)
+  return true
+end

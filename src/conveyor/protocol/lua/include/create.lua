@@ -1,0 +1,42 @@
+-- Creating a job record, shared by enqueue and the schedule scripts. Needs
+-- `common` and `finish`. `Q` is a table of the queue's keys: meta, ready,
+-- scheduled, marker, events, completed, failed.
+
+-- FIFO sequence numbers count up from 2^30, LIFO ones down from it, so one
+-- priority band holds both orders and every score stays exact.
+local HALF = 1073741824
+local function next_seq(meta, lifo)
+  if lifo == '1' then
+    return HALF - 1 - (redis.call('HINCRBY', meta, 'lifo_seq', 1) % HALF)
+  end
+  return HALF + (redis.call('HINCRBY', meta, 'seq', 1) % HALF)
+end
+
+-- The fields of a new record (`j`: task, data, priority, run_at, lifo,
+-- max_failures, max_stalls, min_backoff, max_backoff, timeout, result_ttl,
+-- group, and optionally schedule).
+local function job_fields(j, state, now, meta)
+  local fields = {
+    'state', state, 'task', j.task, 'data', j.data, 'priority', j.priority,
+    'seq', next_seq(meta, j.lifo), 'attempts', 0, 'failures', 0, 'stalls', 0,
+    'max_failures', j.max_failures, 'max_stalls', j.max_stalls,
+    'min_backoff', j.min_backoff, 'max_backoff', j.max_backoff,
+    'timeout', j.timeout, 'result_ttl', j.result_ttl, 'group', j.group or '',
+    'created_at', now, 'run_at', j.run_at,
+  }
+  if j.schedule and j.schedule ~= '' then
+    fields[#fields + 1] = 'schedule'
+    fields[#fields + 1] = j.schedule
+  end
+  return fields
+end
+
+local function create_job(job_key, j, now, Q, maxlen)
+  redis.call('HSET', job_key, unpack(job_fields(j, 'waiting', now, Q.meta)))
+  -- a stale entry of an expired record with this id must not sweep the new one
+  redis.call('ZREM', Q.completed, j.id)
+  redis.call('ZREM', Q.failed, j.id)
+  local state = place(job_key, j.id, j.run_at, now, Q.ready, Q.scheduled, Q.marker)
+  emit(Q.events, maxlen, 'event', 'created', 'id', j.id, 'state', state)
+  return state
+end
