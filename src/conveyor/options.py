@@ -227,4 +227,5 @@ def build_spec(
         lifo=_bool(options.get("lifo", False), "lifo") if options else False,
         group=_group(options.get("group")),
         rules=_rules(options) if options else _DEFAULT_RULES,
+        request=os.urandom(8).hex(),
     )

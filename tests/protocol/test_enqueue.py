@@ -17,6 +17,7 @@ def test_creates_a_waiting_job_field_by_field(q: Proto) -> None:
     assert [(o.outcome, o.state) for o in out] == [("created", "waiting")]
     job = q.job("a")
     created = int(job.pop("created_at"))
+    assert len(job.pop("req")) == 16  # the call's random request id
     assert before <= created <= q.now()
     assert job == {
         "state": "waiting", "task": "send", "data": '{"to":"x"}', "priority": "7",
@@ -274,3 +275,15 @@ def test_enqueue_does_not_change_jobs_of_other_queues(q: Proto) -> None:
     q.enqueue("a", data=2)
     assert other.job("a")["data"] == "1"
     assert other.members(other.keys.ready) == ["a"]
+
+
+def test_a_resent_enqueue_changes_nothing_even_while_the_job_runs(q: Proto) -> None:
+    spec = q.spec("a", data={"v": 1})
+    assert [o.outcome for o in q.enqueue_specs([spec])] == ["created"]
+    q.claim(token="t")
+    again = q.enqueue_specs([spec])  # the same call re-sent after a lost reply
+    assert [(o.outcome, o.state) for o in again] == [("exists", "active")]
+    assert q.r.exists(q.keys.blocked_job("a")) == 0
+    fresh = q.enqueue_specs([q.spec("a", data={"v": 2})])  # a new call: singleton rules
+    assert [o.outcome for o in fresh] == ["blocked"]
+    assert [o.outcome for o in q.enqueue_specs([q.spec("a")])] == ["blocked"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable
@@ -13,6 +14,7 @@ import redis.asyncio
 
 from conveyor.client.core import (
     CONNECTION_OPTIONS,
+    RESEND_DELAYS,
     Enqueued,
     EnqueueOptions,
     JobRequest,
@@ -25,7 +27,7 @@ from conveyor.client.core import (
 )
 from conveyor.client.events import Event, decode_events
 from conveyor.client.transport import AsyncRunner, translated
-from conveyor.errors import WaitTimeoutError
+from conveyor.errors import UncertainWriteError, WaitTimeoutError
 from conveyor.job import Job, JobState
 from conveyor.protocol import ops
 from conveyor.protocol.keys import PROTOCOL_VERSION
@@ -109,8 +111,8 @@ class AsyncQueue:
         """Enqueue one job; returns once Redis acknowledged it."""
         spec = self.core.spec(task, data, options)
         await self.check()
-        reply = await self._runner.run(self.core.enqueue_call([spec]))
-        return self.core.enqueued([spec], reply)[0]
+        reply = await self._send_enqueues([self.core.enqueue_call([spec])])
+        return self.core.enqueued([spec], reply[0])[0]
 
     async def enqueue_many(
         self, jobs: Iterable[JobRequest | tuple[str, Any]], *, chunk_size: int = 500
@@ -119,8 +121,23 @@ class AsyncQueue:
         specs = self.core.specs_of(jobs)
         await self.check()
         chunks = [specs[i : i + chunk_size] for i in range(0, len(specs), chunk_size)]
-        replies = await self._runner.run_many([self.core.enqueue_call(c) for c in chunks])
+        replies = await self._send_enqueues([self.core.enqueue_call(c) for c in chunks])
         return [e for c, r in zip(chunks, replies, strict=True) for e in self.core.enqueued(c, r)]
+
+    async def _send_enqueues(self, calls: list[ops.Call]) -> list[Any]:
+        """Send enqueue calls; when a reply is lost, send the same calls again:
+        their request ids make a re-send of an applied call change nothing."""
+        for delay in RESEND_DELAYS:
+            try:
+                return await self._send(calls)
+            except UncertainWriteError:
+                await asyncio.sleep(delay)
+        return await self._send(calls)
+
+    async def _send(self, calls: list[ops.Call]) -> list[Any]:
+        if len(calls) == 1:  # one round trip without a pipeline's overhead
+            return [await self._runner.run(calls[0])]
+        return await self._runner.run_many(calls)
 
     async def cancel(self, job_id: str) -> bool:
         """Remove a waiting or delayed job (or a blocked twin); True if one was."""

@@ -150,6 +150,10 @@ CONNECTION_OPTIONS: dict[str, Any] = {
 }
 
 
+# Pauses before re-sending enqueues whose reply was lost (then the error).
+RESEND_DELAYS = (0.05, 0.25, 1.0)
+
+
 def block_slice(connection_kwargs: Mapping[str, Any], wanted: float) -> float:
     """How long one blocking command may wait: `wanted`, but a second short
     of the client's socket timeout, or redis-py gives up on the socket."""

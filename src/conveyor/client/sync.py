@@ -12,6 +12,7 @@ import redis
 
 from conveyor.client.core import (
     CONNECTION_OPTIONS,
+    RESEND_DELAYS,
     Enqueued,
     EnqueueOptions,
     JobRequest,
@@ -24,7 +25,7 @@ from conveyor.client.core import (
 )
 from conveyor.client.events import Event, decode_events
 from conveyor.client.transport import SyncRunner, translated
-from conveyor.errors import WaitTimeoutError
+from conveyor.errors import UncertainWriteError, WaitTimeoutError
 from conveyor.job import Job, JobState
 from conveyor.protocol import ops
 from conveyor.protocol.keys import PROTOCOL_VERSION
@@ -106,8 +107,8 @@ class Queue:
         """Enqueue one job; returns once Redis acknowledged it."""
         spec = self.core.spec(task, data, options)
         self.check()
-        reply = self._runner.run(self.core.enqueue_call([spec]))
-        return self.core.enqueued([spec], reply)[0]
+        reply = self._send_enqueues([self.core.enqueue_call([spec])])
+        return self.core.enqueued([spec], reply[0])[0]
 
     def enqueue_many(
         self, jobs: Iterable[JobRequest | tuple[str, Any]], *, chunk_size: int = 500
@@ -116,8 +117,23 @@ class Queue:
         specs = self.core.specs_of(jobs)
         self.check()
         chunks = [specs[i : i + chunk_size] for i in range(0, len(specs), chunk_size)]
-        replies = self._runner.run_many([self.core.enqueue_call(c) for c in chunks])
+        replies = self._send_enqueues([self.core.enqueue_call(c) for c in chunks])
         return [e for c, r in zip(chunks, replies, strict=True) for e in self.core.enqueued(c, r)]
+
+    def _send_enqueues(self, calls: list[ops.Call]) -> list[Any]:
+        """Send enqueue calls; when a reply is lost, send the same calls again:
+        their request ids make a re-send of an applied call change nothing."""
+        for delay in RESEND_DELAYS:
+            try:
+                return self._send(calls)
+            except UncertainWriteError:
+                time.sleep(delay)
+        return self._send(calls)
+
+    def _send(self, calls: list[ops.Call]) -> list[Any]:
+        if len(calls) == 1:  # one round trip without a pipeline's overhead
+            return [self._runner.run(calls[0])]
+        return self._runner.run_many(calls)
 
     def cancel(self, job_id: str) -> bool:
         """Remove a waiting or delayed job (or a blocked twin); True if one was."""

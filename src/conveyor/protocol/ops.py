@@ -16,7 +16,7 @@ from conveyor.protocol.keys import QueueKeys
 Arg = str | int | float | bytes
 
 # Fields per job in the enqueue script's ARGV (see enqueue.lua).
-ENQUEUE_ARITY = 21
+ENQUEUE_ARITY = 22
 # Fields per job in the claim script's reply (see claim.lua).
 CLAIM_ARITY = 14
 
@@ -62,6 +62,8 @@ class JobSpec:
     lifo: bool
     group: str
     rules: UpsertRules
+    # random per enqueue call: a re-send of an applied call is recognised by it
+    request: str = ""
 
     def argv(self) -> tuple[Arg, ...]:
         r = self.rules
@@ -72,7 +74,7 @@ class JobSpec:
             self.max_failures, self.max_stalls, self.min_backoff_ms, self.max_backoff_ms,
             self.timeout_ms, self.result_ttl_ms, _flag(self.lifo), self.group,
             _flag(r.data), r.run_at, _flag(r.max_failures), _flag(r.max_stalls),
-            _flag(r.min_backoff), _flag(r.max_backoff), _flag(r.reset_counts),
+            _flag(r.min_backoff), _flag(r.max_backoff), _flag(r.reset_counts), self.request,
         )  # fmt: skip
 
 

@@ -12,17 +12,20 @@
 -- KEYS[9] failed      zset: failed ids by expiry ms
 --
 -- ARGV[1] events stream max length (approximate)
--- ARGV[2] F, the number of ARGV entries per job (21)
+-- ARGV[2] F, the number of ARGV entries per job (22)
 -- ARGV[3 ..] per job, F entries:
 --   id, task, data, priority, delay_ms|'', run_at_ms|'', max_failures,
 --   max_stalls, min_backoff_ms, max_backoff_ms, timeout_ms, result_ttl_ms,
 --   lifo 0|1, group|'', u_data, u_run_at (1|0|later|earlier),
---   u_max_failures, u_max_stalls, u_min_backoff, u_max_backoff, u_reset
+--   u_max_failures, u_max_stalls, u_min_backoff, u_max_backoff, u_reset,
+--   req (a random request id: an enqueue re-sent after a lost reply carries
+--   the same one and changes nothing, outcome 'exists')
 --
 -- Returns, per job in order: outcome, state
 --   outcome: 'created' | 'updated' (waiting/delayed job upserted)
 --            | 'blocked' (job active: stored as its blocked twin)
---            | 'exists' (job finished and still retained: nothing changed)
+--            | 'exists' (job finished and still retained, or this very call
+--              was applied before — a re-send: nothing changed)
 --   state: the job's state after the call
 --
 -- Effects: job hash written field by field; ready or scheduled index; one
@@ -57,7 +60,7 @@ local function parse(i)
     max_backoff = a(10), timeout = a(11), result_ttl = a(12), lifo = a(13),
     group = a(14), u_data = a(15), u_run_at = a(16), u_max_failures = a(17),
     u_max_stalls = a(18), u_min_backoff = a(19), u_max_backoff = a(20),
-    u_reset = a(21),
+    u_reset = a(21), req = a(22),
   }
 end
 
@@ -76,6 +79,7 @@ local function block(j)
   local twin = base .. 'blocked:' .. j.id
   if redis.call('EXISTS', twin) == 1 then
     upsert(twin, j)
+    redis.call('HSET', twin, 'req', j.req)
   else
     local fields = job_fields(j, 'blocked', now, meta)
     for _, flag in ipairs(UPSERT_FLAGS) do
@@ -88,16 +92,26 @@ local function block(j)
   emit(events, maxlen, 'event', 'blocked', 'id', j.id)
 end
 
+-- A re-send of an enqueue that was already applied (a reply lost on the
+-- way, then retried) carries the same request id: it must change nothing.
+local function replayed(job_key, j)
+  return redis.call('HGET', job_key, 'req') == j.req
+      or redis.call('HGET', base .. 'blocked:' .. j.id, 'req') == j.req
+end
+
 local out = {}
 for i = 3, #ARGV, F do
   local j = parse(i - 1)
   local job_key = base .. 'job:' .. j.id
   local state = redis.call('HGET', job_key, 'state')
   local outcome
-  if not state then
+  if state and j.req ~= '' and replayed(job_key, j) then
+    outcome = 'exists'
+  elseif not state then
     outcome, state = 'created', create_job(job_key, j, now, Q, maxlen)
   elseif state == 'waiting' or state == 'delayed' then
     outcome, state = 'updated', replace(job_key, j, state)
+    redis.call('HSET', job_key, 'req', j.req)
     emit(events, maxlen, 'event', 'updated', 'id', j.id, 'state', state)
   elseif state == 'active' then
     block(j)

@@ -24,6 +24,10 @@ local function job_fields(j, state, now, meta)
     'timeout', j.timeout, 'result_ttl', j.result_ttl, 'group', j.group or '',
     'created_at', now, 'run_at', j.run_at,
   }
+  if j.req and j.req ~= '' then
+    fields[#fields + 1] = 'req'
+    fields[#fields + 1] = j.req
+  end
   if j.schedule and j.schedule ~= '' then
     fields[#fields + 1] = 'schedule'
     fields[#fields + 1] = j.schedule
