@@ -58,7 +58,7 @@ ENQUEUE_OPTIONS = frozenset(
         "id", "delay", "run_at", "priority", "max_failures", "max_stalls", "min_backoff",
         "max_backoff", "timeout", "result_ttl", "lifo", "group", "update_data",
         "update_run_at", "update_max_failures", "update_max_stalls", "update_min_backoff",
-        "update_max_backoff", "reset_counts",
+        "update_max_backoff", "reset_counts", "index",
     }
 )  # fmt: skip
 
@@ -151,6 +151,24 @@ def _rules(opts: Mapping[str, Any]) -> UpsertRules:
     )
 
 
+def build_index(value: object) -> tuple[tuple[str, str], ...]:
+    """Property index entries: {field: value}; values are str or int."""
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise ValidationError(f"index must be a mapping of field to value, got {value!r}")
+    entries = []
+    for field, raw in value.items():
+        check_name(field, "index field")
+        if isinstance(raw, bool) or not isinstance(raw, str | int):
+            raise ValidationError(f"index value of {field!r} must be a str or int: {raw!r}")
+        text = str(raw)
+        if not 0 < len(text) <= 200 or not text.isprintable():
+            raise ValidationError(f"index value of {field!r} must be 1-200 printable chars")
+        entries.append((field, text))
+    return tuple(entries)
+
+
 def _group(value: object) -> str:
     if value is None:
         return ""
@@ -228,4 +246,5 @@ def build_spec(
         group=_group(options.get("group")),
         rules=_rules(options) if options else _DEFAULT_RULES,
         request=os.urandom(8).hex(),
+        index=build_index(options.get("index")) if options else (),
     )

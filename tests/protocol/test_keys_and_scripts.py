@@ -89,6 +89,10 @@ def sample_call(name: str) -> ops.Call:
         ),
         "schedule_next": ops.schedule_next(keys, "s", fired_ms=1, next_ms=2, events_maxlen=10),
         "unschedule": ops.unschedule(keys, "s"),
+        "promote": ops.promote(keys, "id", events_maxlen=10),
+        "reprioritize": ops.reprioritize(keys, "id", 5, events_maxlen=10),
+        "retry": ops.retry(keys, "id", events_maxlen=10),
+        "remove": ops.remove(keys, "id", events_maxlen=10),
     }[name]
 
 

@@ -29,9 +29,11 @@ from conveyor.options import (
     DEFAULT_MAX_PAYLOAD,
     JobDefaults,
     RunAtRule,
+    build_index,
     build_spec,
     check_job_id,
     check_name,
+    check_priority,
 )
 from conveyor.protocol import ops
 from conveyor.protocol.keys import FAILURE_LANE, PROTOCOL_VERSION, QueueKeys
@@ -66,6 +68,7 @@ class EnqueueOptions(TypedDict, total=False):
     update_min_backoff: bool
     update_max_backoff: bool
     reset_counts: bool
+    index: Mapping[str, str | int]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -257,6 +260,36 @@ class QueueCore:
             every=int(every) / 1000 if every else None,
             next_run=from_ms(int(f["next"])) if f.get("next") else None,
             job_id=f.get("job"),
+        )
+
+    def index_key(self, field: str, value: str | int) -> str:
+        ((name, text),) = build_index({field: value})
+        return self.keys.index(name, text)
+
+    def control_call(self, what: str, job_id: str, priority: int | str | None = None) -> ops.Call:
+        """promote / reprioritize / retry / remove one job (see their scripts)."""
+        job_id = check_job_id(job_id)
+        maxlen = self.settings.events_maxlen
+        if what == "reprioritize":
+            return ops.reprioritize(
+                self.keys, job_id, check_priority(priority), events_maxlen=maxlen
+            )
+        build = {"promote": ops.promote, "retry": ops.retry, "remove": ops.remove}[what]
+        return build(self.keys, job_id, events_maxlen=maxlen)
+
+    def retention_fields(
+        self, completed: int | None, failed: int | None
+    ) -> tuple[dict[str, int], list[str]]:
+        """meta fields to set and to delete for keep-by-count retention."""
+        values = {"keep_completed": completed, "keep_failed": failed}
+        for name, value in values.items():
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
+                raise ValidationError(f"{name} must be an integer >= 0 or None, got {value!r}")
+        return (
+            {k: v for k, v in values.items() if v is not None},
+            [k for k, v in values.items() if v is None],
         )
 
     def cancel_call(self, job_id: str) -> ops.Call:

@@ -207,6 +207,34 @@ class Queue:
     def resume_group(self, group: str) -> None:
         self._runner.run(self.core.limits_call("resume_group", group=group))
 
+    def promote(self, job_id: str) -> bool:
+        """Run a delayed job now; False if it was not delayed."""
+        return int(self._runner.run(self.core.control_call("promote", job_id))) == 1
+
+    def set_priority(self, job_id: str, priority: int | str) -> bool:
+        """Change the priority of a waiting or delayed job; False if it is not one."""
+        call = self.core.control_call("reprioritize", job_id, priority)
+        return int(self._runner.run(call)) == 1
+
+    def retry(self, job_id: str) -> bool:
+        """Run a failed job again (failures reset, attempts kept); False if not failed."""
+        return int(self._runner.run(self.core.control_call("retry", job_id))) == 1
+
+    def remove(self, job_id: str) -> str:
+        """Delete a job that is not running: 'removed', 'missing' or 'active'."""
+        return ops.text(self._runner.run(self.core.control_call("remove", job_id)))
+
+    def set_retention(self, *, completed: int | None = None, failed: int | None = None) -> None:
+        """Keep at most this many completed / failed records (None: no count
+        limit; each record also expires after its result_ttl). Trimmed in
+        bounded batches as runs end and workers beat."""
+        keep, unset = self.core.retention_fields(completed, failed)
+        with translated():
+            if keep:
+                self.client.hset(self.core.keys.meta, mapping=keep)  # type: ignore[arg-type]
+            if unset:
+                self.client.hdel(self.core.keys.meta, *unset)
+
     def pause(self) -> None:
         with translated():
             self.client.hset(self.core.keys.meta, "paused", "1")
@@ -262,6 +290,19 @@ class Queue:
         with translated():
             ids = self.client.zrange(key, offset, offset + limit - 1)
         return [ops.text(i) for i in ids]
+
+    def find(self, field: str, value: str | int, *, limit: int = 100) -> list[Job]:
+        """Jobs enqueued with `index={field: value}` (or by a task that declares
+        `field` indexed), newest first — read from an index, never a scan."""
+        key = self.core.index_key(field, value)
+        with translated():
+            ids = [ops.text(i) for i in self.client.zrevrange(key, 0, limit - 1)]
+            pipe = self.client.pipeline(transaction=False)
+            for job_id in ids:
+                pipe.hgetall(self.core.keys.job(job_id))
+            raws = pipe.execute() if ids else []
+        jobs = [self.core.job(i, raw) for i, raw in zip(ids, raws, strict=True)]
+        return [job for job in jobs if job is not None]
 
     def workers(self) -> list[WorkerInfo]:
         """The roll call: workers that sent a heartbeat within their TTL."""

@@ -38,6 +38,7 @@ class Task(Generic[D, R]):
     fn: Callable[[D], R] | Callable[[D], Awaitable[R]]
     tasks: Tasks
     defaults: EnqueueOptions = field(default_factory=lambda: EnqueueOptions())
+    indexed: tuple[str, ...] = ()  # data fields the jobs are findable by (Queue.find)
 
     @property
     def is_async(self) -> bool:
@@ -53,13 +54,18 @@ class Task(Generic[D, R]):
         return failure
 
     def enqueue(self, data: D, **options: Unpack[EnqueueOptions]) -> Enqueued:
-        merged: EnqueueOptions = {**self.defaults, **options}
-        return self.tasks.queue().enqueue(self.name, data, **merged)
+        return self.tasks.queue().enqueue(self.name, data, **self._options(data, options))
 
     async def aenqueue(self, data: D, **options: Unpack[EnqueueOptions]) -> Enqueued:
         queue = self.tasks.async_queue()
+        return await queue.enqueue(self.name, data, **self._options(data, options))
+
+    def _options(self, data: D, options: EnqueueOptions) -> EnqueueOptions:
         merged: EnqueueOptions = {**self.defaults, **options}
-        return await queue.enqueue(self.name, data, **merged)
+        if self.indexed and isinstance(data, dict):
+            found = {f: data[f] for f in self.indexed if data.get(f) is not None}
+            merged["index"] = {**found, **merged.get("index", {})}
+        return merged
 
 
 class Tasks:
@@ -88,11 +94,21 @@ class Tasks:
 
     @overload
     def task(
-        self, *, name: str | None = None, **defaults: Unpack[EnqueueOptions]
+        self,
+        *,
+        name: str | None = None,
+        indexed: tuple[str, ...] = (),
+        **defaults: Unpack[EnqueueOptions],
     ) -> Callable[[Callable[[D], R]], Task[D, R]]: ...
 
     def task(  # type: ignore[misc]  # one implementation serves both forms
-        self, fn: Any = None, /, *, name: str | None = None, **defaults: Any
+        self,
+        fn: Any = None,
+        /,
+        *,
+        name: str | None = None,
+        indexed: tuple[str, ...] = (),
+        **defaults: Any,
     ) -> Any:
         """Register a handler (sync or async) under its name or `name`."""
         unknown = set(defaults) - ENQUEUE_OPTIONS
@@ -103,7 +119,9 @@ class Tasks:
             task_name = check_task_name(name or handler.__name__)
             if task_name in self.handlers:
                 raise ConfigurationError(f"task {task_name!r} is registered twice")
-            task: Task[Any, Any] = Task(task_name, handler, self, cast(EnqueueOptions, defaults))
+            task: Task[Any, Any] = Task(
+                task_name, handler, self, cast(EnqueueOptions, defaults), tuple(indexed)
+            )
             self.handlers[task_name] = task
             return task
 

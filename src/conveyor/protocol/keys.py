@@ -99,6 +99,10 @@ class QueueKeys:
     def group_conf(self, group: str) -> str:
         return self.base + "gconf:" + group
 
+    def index(self, field: str, value: str) -> str:
+        """Zset of the ids of jobs enqueued with index {field: value}, by created_at."""
+        return self.base + "idx:" + field + ":" + value
+
     @property
     def schedules(self) -> str:
         """Schedule ids by the tick of their pending job."""

@@ -16,7 +16,7 @@ from conveyor.protocol.keys import QueueKeys
 Arg = str | int | float | bytes
 
 # Fields per job in the enqueue script's ARGV (see enqueue.lua).
-ENQUEUE_ARITY = 22
+ENQUEUE_ARITY = 23
 # Fields per job in the claim script's reply (see claim.lua).
 CLAIM_ARITY = 14
 
@@ -64,6 +64,8 @@ class JobSpec:
     rules: UpsertRules
     # random per enqueue call: a re-send of an applied call is recognised by it
     request: str = ""
+    # property index entries: (field, value) pairs the job is findable by
+    index: tuple[tuple[str, str], ...] = ()
 
     def argv(self) -> tuple[Arg, ...]:
         r = self.rules
@@ -75,6 +77,7 @@ class JobSpec:
             self.timeout_ms, self.result_ttl_ms, _flag(self.lifo), self.group,
             _flag(r.data), r.run_at, _flag(r.max_failures), _flag(r.max_stalls),
             _flag(r.min_backoff), _flag(r.max_backoff), _flag(r.reset_counts), self.request,
+            "\n".join(f"{field}:{value}" for field, value in self.index),
         )  # fmt: skip
 
 
@@ -271,7 +274,7 @@ def reap(keys: QueueKeys, *, batch: int, events_maxlen: int) -> Call:
     return Call(
         "reap",
         (keys.base, keys.active, keys.failed, keys.ready, keys.scheduled, keys.marker,
-         keys.events, keys.blocked),
+         keys.events, keys.blocked, keys.completed),
         (batch, events_maxlen),
     )  # fmt: skip
 
@@ -392,3 +395,34 @@ def unschedule(keys: QueueKeys, schedule_id: str) -> Call:
     return Call(
         "unschedule", (keys.base, keys.ready, keys.scheduled, keys.schedules), (schedule_id,)
     )
+
+
+def promote(keys: QueueKeys, job_id: str, *, events_maxlen: int) -> Call:
+    return Call(
+        "promote",
+        (keys.base, keys.ready, keys.scheduled, keys.marker, keys.events),
+        (job_id, events_maxlen),
+    )
+
+
+def reprioritize(keys: QueueKeys, job_id: str, priority: int, *, events_maxlen: int) -> Call:
+    return Call(
+        "reprioritize", (keys.base, keys.ready, keys.events), (job_id, priority, events_maxlen)
+    )
+
+
+def retry(keys: QueueKeys, job_id: str, *, events_maxlen: int) -> Call:
+    return Call(
+        "retry",
+        (keys.base, keys.failed, keys.ready, keys.scheduled, keys.marker, keys.events),
+        (job_id, events_maxlen),
+    )
+
+
+def remove(keys: QueueKeys, job_id: str, *, events_maxlen: int) -> Call:
+    return Call(
+        "remove",
+        (keys.base, keys.ready, keys.scheduled, keys.completed, keys.failed, keys.blocked,
+         keys.events),
+        (job_id, events_maxlen),
+    )  # fmt: skip

@@ -25,6 +25,10 @@ SCRIPT_NAMES = (
     "schedule",
     "schedule_next",
     "unschedule",
+    "promote",
+    "reprioritize",
+    "retry",
+    "remove",
 )
 
 _INCLUDE = "-- @include "

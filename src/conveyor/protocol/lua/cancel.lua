@@ -17,24 +17,18 @@
 -- Complexity: O(log N).
 
 -- @include common
+-- @include upsert
+-- @include finish
 
 local ready, scheduled, blocked_index, events = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id, maxlen = ARGV[1], ARGV[2]
 local job_key = base .. 'job:' .. id
-local state = redis.call('HGET', job_key, 'state')
 local removed = 0
 if redis.call('DEL', base .. 'blocked:' .. id) == 1 then
   redis.call('ZREM', blocked_index, id)
   removed = 1
 end
-if state == 'waiting' or state == 'delayed' then
-  local group = redis.call('HGET', job_key, 'group')
-  if group and group ~= '' then
-    redis.call('ZREM', base .. 'gready:' .. group, id)
-  end
-  redis.call('ZREM', ready, id)
-  redis.call('ZREM', scheduled, id)
-  redis.call('DEL', job_key)
+if drop_pending(job_key, id, ready, scheduled) then
   removed = 1
 end
 if removed == 1 then

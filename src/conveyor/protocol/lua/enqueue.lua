@@ -12,14 +12,16 @@
 -- KEYS[9] failed      zset: failed ids by expiry ms
 --
 -- ARGV[1] events stream max length (approximate)
--- ARGV[2] F, the number of ARGV entries per job (22)
+-- ARGV[2] F, the number of ARGV entries per job (23)
 -- ARGV[3 ..] per job, F entries:
 --   id, task, data, priority, delay_ms|'', run_at_ms|'', max_failures,
 --   max_stalls, min_backoff_ms, max_backoff_ms, timeout_ms, result_ttl_ms,
 --   lifo 0|1, group|'', u_data, u_run_at (1|0|later|earlier),
 --   u_max_failures, u_max_stalls, u_min_backoff, u_max_backoff, u_reset,
 --   req (a random request id: an enqueue re-sent after a lost reply carries
---   the same one and changes nothing, outcome 'exists')
+--   the same one and changes nothing, outcome 'exists'), idx (property
+--   index entries, "field:value" lines, or '': the job is listed in
+--   idx:<field>:<value> while its record lives)
 --
 -- Returns, per job in order: outcome, state
 --   outcome: 'created' | 'updated' (waiting/delayed job upserted)
@@ -60,7 +62,7 @@ local function parse(i)
     max_backoff = a(10), timeout = a(11), result_ttl = a(12), lifo = a(13),
     group = a(14), u_data = a(15), u_run_at = a(16), u_max_failures = a(17),
     u_max_stalls = a(18), u_min_backoff = a(19), u_max_backoff = a(20),
-    u_reset = a(21), req = a(22),
+    u_reset = a(21), req = a(22), idx = a(23),
   }
 end
 

@@ -8,6 +8,7 @@
 -- KEYS[6] marker      zset: wake-up marker
 -- KEYS[7] events      stream
 -- KEYS[8] blocked     zset: ids with a blocked twin
+-- KEYS[9] completed   zset: finished ids by expiry ms
 --
 -- ARGV[1] batch       at most this many expired leases handled
 -- ARGV[2] events stream max length
@@ -22,7 +23,8 @@
 -- a `stalled` event), or state failed with error "stalled" once stalls
 -- reaches max_stalls (a `failed` event, waiters told, a blocked twin released,
 -- a failure-lane job when the task has a failure handler;
--- up to 2 expired failed records swept per job failed).
+-- up to 2 expired failed records swept per job failed); then up to `batch`
+-- expired (or, with meta keep_*, surplus) completed and failed records swept.
 -- Complexity: O(batch * log N).
 
 -- @include common
@@ -67,7 +69,10 @@ for _, id in ipairs(expired) do
     end
   end
 end
-sweep(failed, now, 2 * failed_count)
+-- Finished records expire even when no run ends to sweep them: every reap
+-- (each worker's beat) also sweeps a bounded batch of both indexes.
+sweep(failed, now, 2 * failed_count + batch)
+sweep(KEYS[9], now, batch)
 local first = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
 local next_deadline = -1
 if #first > 0 then next_deadline = tonumber(first[2]) end

@@ -28,6 +28,10 @@ local function job_fields(j, state, now, meta)
     fields[#fields + 1] = 'req'
     fields[#fields + 1] = j.req
   end
+  if j.idx and j.idx ~= '' then
+    fields[#fields + 1] = 'idx'
+    fields[#fields + 1] = j.idx
+  end
   if j.schedule and j.schedule ~= '' then
     fields[#fields + 1] = 'schedule'
     fields[#fields + 1] = j.schedule
@@ -37,6 +41,11 @@ end
 
 local function create_job(job_key, j, now, Q, maxlen)
   redis.call('HSET', job_key, unpack(job_fields(j, 'waiting', now, Q.meta)))
+  if j.idx and j.idx ~= '' then
+    for line in string.gmatch(j.idx, '[^\n]+') do
+      redis.call('ZADD', base .. 'idx:' .. line, now, j.id)
+    end
+  end
   -- a stale entry of an expired record with this id must not sweep the new one
   redis.call('ZREM', Q.completed, j.id)
   redis.call('ZREM', Q.failed, j.id)

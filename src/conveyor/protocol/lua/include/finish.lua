@@ -13,30 +13,67 @@ local function notify_waiters(job_key, id, state, payload)
   end
 end
 
+-- Lookup by property: a job enqueued with index entries ("field:value"
+-- lines, kept in its `idx` field) is listed in `idx:<field>:<value>` (zset
+-- by created_at). Deleting a record must take it out of those first.
+local function unindex(job_key, id)
+  local entries = redis.call('HGET', job_key, 'idx')
+  if entries then
+    for line in string.gmatch(entries, '[^\n]+') do
+      redis.call('ZREM', base .. 'idx:' .. line, id)
+    end
+  end
+end
+
+local function delete_job(job_key, id)
+  unindex(job_key, id)
+  redis.call('DEL', job_key)
+end
+
+-- The record outlives its index entry by this much, so that a sweep (not
+-- key expiry) deletes it and can clean its property index first.
+local EXPIRY_GRACE = 60000
+
 -- Keep a finished record in `index` (completed or failed, scored by expiry)
 -- for ttl ms, or delete it at once when ttl is 0.
 local function retain(job_key, id, index, ttl, now)
   ttl = num(ttl, 86400000)
   if ttl <= 0 then
-    redis.call('DEL', job_key)
+    delete_job(job_key, id)
   else
     redis.call('ZADD', index, now + ttl, id)
-    redis.call('PEXPIRE', job_key, ttl)
+    redis.call('PEXPIRE', job_key, ttl + EXPIRY_GRACE)
   end
 end
 
--- Drop up to `limit` records whose retention ran out: each finish removes at
--- least as many as it adds, so the index never grows past live retention.
--- The record itself may have expired already (PEXPIRE) and its id been
--- enqueued anew: only a record still in a finished state is deleted.
+local function drop_finished(index, id)
+  redis.call('ZREM', index, id)
+  local job_key = base .. 'job:' .. id
+  local state = redis.call('HGET', job_key, 'state')
+  if state == 'completed' or state == 'failed' then
+    delete_job(job_key, id)
+  end
+end
+
+-- Drop up to `limit` records whose retention ran out, then — when the queue
+-- keeps only a number of them (meta keep_completed / keep_failed) — up to
+-- `limit` of the oldest beyond that number. Each finish removes at least as
+-- many as it adds, so an index never grows past its retention. The record
+-- may have expired already and its id been enqueued anew: only a record
+-- still in a finished state is deleted.
 local function sweep(index, now, limit)
   local old = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, limit)
   for _, id in ipairs(old) do
-    redis.call('ZREM', index, id)
-    local job_key = base .. 'job:' .. id
-    local state = redis.call('HGET', job_key, 'state')
-    if state == 'completed' or state == 'failed' then
-      redis.call('DEL', job_key)
+    drop_finished(index, id)
+  end
+  local kind = string.sub(index, #base + 1)
+  local keep = tonumber(redis.call('HGET', base .. 'meta', 'keep_' .. kind))
+  if keep then
+    local extra = math.min(redis.call('ZCARD', index) - keep, limit)
+    if extra > 0 then
+      for _, id in ipairs(redis.call('ZRANGE', index, 0, extra - 1)) do
+        drop_finished(index, id)
+      end
     end
   end
 end
@@ -189,6 +226,6 @@ local function drop_pending(job_key, id, ready, scheduled)
   end
   unready(ready, id, f[2])
   redis.call('ZREM', scheduled, id)
-  redis.call('DEL', job_key)
+  delete_job(job_key, id)
   return true
 end
