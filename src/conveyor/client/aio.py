@@ -24,9 +24,11 @@ from conveyor.client.core import (
     WorkerInfo,
     block_slice,
     resolve_url,
+    wire_endpoint,
 )
 from conveyor.client.events import Event, decode_events
 from conveyor.client.transport import AsyncRunner, translated
+from conveyor.client.wire import AsyncWire
 from conveyor.errors import UncertainWriteError, WaitTimeoutError
 from conveyor.job import Job, JobState
 from conveyor.protocol import ops
@@ -59,13 +61,21 @@ class AsyncQueue:
         self.core = QueueCore(name, settings or QueueSettings(), failures=failures)
         self._owns_client = client is None
         self.client = client if client is not None else connect(url)
-        self._runner = AsyncRunner(self.client, self.core.scripts)
+        # scripts go over the lean wire when we made the connection ourselves
+        endpoint = None if client is not None else wire_endpoint(resolve_url(url))
+        self._wire = None if endpoint is None else AsyncWire(endpoint)
+        self._runner = AsyncRunner(self.client, self.core.scripts, self._wire)
         self._checked = False
         self._pool_options = self.client.connection_pool.connection_kwargs
 
     @property
     def name(self) -> str:
         return self.core.name
+
+    @property
+    def runner(self) -> AsyncRunner:
+        """Runs this queue's scripts (over the lean wire when there is one)."""
+        return self._runner
 
     async def __aenter__(self) -> AsyncQueue:
         return self
@@ -74,6 +84,8 @@ class AsyncQueue:
         await self.close()
 
     async def close(self) -> None:
+        if self._wire is not None:
+            await self._wire.close()
         if self._owns_client:
             await self.client.aclose()
 

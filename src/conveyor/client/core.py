@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, TypedDict
 
 from conveyor import serializers
+from conveyor.client.wire import Endpoint
 from conveyor.errors import (
     ConfigurationError,
     EvictionPolicyError,
@@ -155,6 +156,18 @@ CONNECTION_OPTIONS: dict[str, Any] = {
 
 # Pauses before re-sending enqueues whose reply was lost (then the error).
 RESEND_DELAYS = (0.05, 0.25, 1.0)
+
+
+def wire_endpoint(url: str) -> Endpoint | None:
+    """Where the lean script wire connects, or None to stay on redis-py
+    (always with CONVEYOR_WIRE=0)."""
+    if os.environ.get("CONVEYOR_WIRE") == "0":
+        return None
+    return Endpoint.from_url(
+        url,
+        connect_timeout=CONNECTION_OPTIONS["socket_connect_timeout"],
+        socket_timeout=SOCKET_TIMEOUT,
+    )
 
 
 def block_slice(connection_kwargs: Mapping[str, Any], wanted: float) -> float:

@@ -22,9 +22,11 @@ from conveyor.client.core import (
     WorkerInfo,
     block_slice,
     resolve_url,
+    wire_endpoint,
 )
 from conveyor.client.events import Event, decode_events
 from conveyor.client.transport import SyncRunner, translated
+from conveyor.client.wire import SyncWire
 from conveyor.errors import UncertainWriteError, WaitTimeoutError
 from conveyor.job import Job, JobState
 from conveyor.protocol import ops
@@ -57,13 +59,21 @@ class Queue:
         self.core = QueueCore(name, settings or QueueSettings(), failures=failures)
         self._owns_client = client is None
         self.client = client if client is not None else connect(url)
-        self._runner = SyncRunner(self.client, self.core.scripts)
+        # scripts go over the lean wire when we made the connection ourselves
+        endpoint = None if client is not None else wire_endpoint(resolve_url(url))
+        self._wire = None if endpoint is None else SyncWire(endpoint)
+        self._runner = SyncRunner(self.client, self.core.scripts, self._wire)
         self._checked = False
         self._pool_options = self.client.connection_pool.connection_kwargs
 
     @property
     def name(self) -> str:
         return self.core.name
+
+    @property
+    def runner(self) -> SyncRunner:
+        """Runs this queue's scripts (over the lean wire when there is one)."""
+        return self._runner
 
     def __enter__(self) -> Queue:
         return self
@@ -72,6 +82,8 @@ class Queue:
         self.close()
 
     def close(self) -> None:
+        if self._wire is not None:
+            self._wire.close()
         if self._owns_client:
             self.client.close()
 

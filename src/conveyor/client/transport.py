@@ -15,6 +15,7 @@ import redis
 import redis.asyncio
 from redis import exceptions as rx
 
+from conveyor.client.wire import AsyncWire, SyncWire
 from conveyor.errors import (
     ConfigurationError,
     ConnectionLostError,
@@ -64,11 +65,18 @@ def _no_script(result: Any) -> bool:
 
 
 class SyncRunner:
-    def __init__(self, client: redis.Redis, scripts: dict[str, Script]) -> None:
+    """Runs scripts over the lean wire when there is one, else redis-py."""
+
+    def __init__(
+        self, client: redis.Redis, scripts: dict[str, Script], wire: SyncWire | None = None
+    ) -> None:
         self.client = client
         self.scripts = scripts
+        self.wire = wire
 
     def run(self, call: Call) -> Any:
+        if self.wire is not None:
+            return self.run_many([call])[0]
         script = self.scripts[call.script]
         with translated():
             try:
@@ -85,7 +93,7 @@ class SyncRunner:
             missing = [i for i, r in enumerate(results) if _no_script(r)]
             if missing:
                 for name in {calls[i].script for i in missing}:
-                    self.client.script_load(self.scripts[name].source)
+                    self._load(self.scripts[name])
                 again = self._pipeline([calls[i] for i in missing])
                 for i, result in zip(missing, again, strict=True):
                     results[i] = result
@@ -94,7 +102,17 @@ class SyncRunner:
                     raise result
             return results
 
+    def _load(self, script: Script) -> None:
+        if self.wire is not None:
+            self.wire.call("SCRIPT", "LOAD", script.source)
+        else:
+            self.client.script_load(script.source)
+
     def _pipeline(self, calls: Sequence[Call]) -> list[Any]:
+        if self.wire is not None:
+            return self.wire.call_many(
+                [("EVALSHA", *_argv(c, self.scripts[c.script])) for c in calls]
+            )
         pipe = self.client.pipeline(transaction=False)
         for call in calls:
             pipe.execute_command("EVALSHA", *_argv(call, self.scripts[call.script]))  # type: ignore[no-untyped-call]
@@ -102,11 +120,21 @@ class SyncRunner:
 
 
 class AsyncRunner:
-    def __init__(self, client: redis.asyncio.Redis, scripts: dict[str, Script]) -> None:
+    """The asyncio twin of SyncRunner."""
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        scripts: dict[str, Script],
+        wire: AsyncWire | None = None,
+    ) -> None:
         self.client = client
         self.scripts = scripts
+        self.wire = wire
 
     async def run(self, call: Call) -> Any:
+        if self.wire is not None:
+            return (await self.run_many([call]))[0]
         script = self.scripts[call.script]
         with translated():
             try:
@@ -121,7 +149,7 @@ class AsyncRunner:
             missing = [i for i, r in enumerate(results) if _no_script(r)]
             if missing:
                 for name in {calls[i].script for i in missing}:
-                    await self.client.script_load(self.scripts[name].source)
+                    await self._load(self.scripts[name])
                 again = await self._pipeline([calls[i] for i in missing])
                 for i, result in zip(missing, again, strict=True):
                     results[i] = result
@@ -130,7 +158,16 @@ class AsyncRunner:
                     raise result
             return results
 
+    async def _load(self, script: Script) -> None:
+        if self.wire is not None:
+            await self.wire.call("SCRIPT", "LOAD", script.source)
+        else:
+            await self.client.script_load(script.source)
+
     async def _pipeline(self, calls: Sequence[Call]) -> list[Any]:
+        if self.wire is not None:
+            commands = [("EVALSHA", *_argv(c, self.scripts[c.script])) for c in calls]
+            return await self.wire.call_many(commands)
         pipe = self.client.pipeline(transaction=False)
         for call in calls:
             pipe.execute_command("EVALSHA", *_argv(call, self.scripts[call.script]))

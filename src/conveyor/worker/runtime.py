@@ -26,10 +26,11 @@ import redis.asyncio
 
 from conveyor import serializers
 from conveyor.client.aio import AsyncQueue
-from conveyor.client.core import CONNECTION_OPTIONS, SOCKET_TIMEOUT, resolve_url
+from conveyor.client.core import CONNECTION_OPTIONS, SOCKET_TIMEOUT, resolve_url, wire_endpoint
 from conveyor.client.sync import connect as connect_sync
 from conveyor.client.tasks import Task, Tasks
-from conveyor.client.transport import AsyncRunner, SyncRunner
+from conveyor.client.transport import SyncRunner
+from conveyor.client.wire import SyncWire
 from conveyor.errors import ConfigurationError, ConnectionLostError, ConveyorError
 from conveyor.protocol import ops
 from conveyor.timeutil import to_ms
@@ -133,9 +134,11 @@ class Worker:
         sync_client = connect_sync(self.url)
         self._queue = queue
         self._blocker = blocker
-        self._runner = AsyncRunner(queue.client, queue.core.scripts)
+        self._runner = queue.runner
         self._acks = AckBuffer(self._runner, queue.core, self._written)
-        heartbeat = self._heartbeat(SyncRunner(sync_client, queue.core.scripts))
+        endpoint = wire_endpoint(self.url)
+        beat_wire = None if endpoint is None else SyncWire(endpoint)
+        heartbeat = self._heartbeat(SyncRunner(sync_client, queue.core.scripts, beat_wire))
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._install_signals(loop)
@@ -153,6 +156,8 @@ class Worker:
             await blocker.aclose()
             await queue.close()
             sync_client.close()
+            if beat_wire is not None:
+                beat_wire.close()
 
     # --- set-up ------------------------------------------------------------------
 

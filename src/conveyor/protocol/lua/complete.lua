@@ -34,16 +34,16 @@ local out = {}
 for i = 2, #ARGV, 3 do
   local id, token, result = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local job_key = base .. 'job:' .. id
-  local f = redis.call('HMGET', job_key, 'state', 'token', 'result_ttl')
+  local f = redis.call('HMGET', job_key, 'state', 'token', 'result_ttl', 'group', 'waiters')
   if f[1] ~= 'active' or f[2] ~= token then
     out[#out + 1] = 0
   else
     redis.call('ZREM', active, id)
-    end_run(job_key, marker)
+    end_run(job_key, marker, f[4])
     redis.call('HSET', job_key, 'state', 'completed', 'result', result, 'finished_at', now)
     redis.call('HDEL', job_key, 'token')
     emit(events, maxlen, 'event', 'completed', 'id', id)
-    notify_waiters(job_key, id, 'completed', result)
+    notify_waiters(job_key, id, 'completed', result, f[5])
     if not release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index) then
       retain(job_key, id, completed, f[3] or 0, now)
     end

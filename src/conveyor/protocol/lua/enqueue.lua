@@ -49,20 +49,20 @@ local F = tonumber(ARGV[2])
 local now = now_ms()
 
 local function parse(i)
-  local a = function(k) return ARGV[i + k] end
   local due = now
-  if a(5) ~= '' then
-    due = now + tonumber(a(5))
-  elseif a(6) ~= '' then
-    due = tonumber(a(6))
+  if ARGV[i + 5] ~= '' then
+    due = now + tonumber(ARGV[i + 5])
+  elseif ARGV[i + 6] ~= '' then
+    due = tonumber(ARGV[i + 6])
   end
   return {
-    id = a(1), task = a(2), data = a(3), priority = a(4), run_at = due,
-    max_failures = a(7), max_stalls = a(8), min_backoff = a(9),
-    max_backoff = a(10), timeout = a(11), result_ttl = a(12), lifo = a(13),
-    group = a(14), u_data = a(15), u_run_at = a(16), u_max_failures = a(17),
-    u_max_stalls = a(18), u_min_backoff = a(19), u_max_backoff = a(20),
-    u_reset = a(21), req = a(22), idx = a(23),
+    id = ARGV[i + 1], task = ARGV[i + 2], data = ARGV[i + 3], priority = ARGV[i + 4],
+    run_at = due, max_failures = ARGV[i + 7], max_stalls = ARGV[i + 8],
+    min_backoff = ARGV[i + 9], max_backoff = ARGV[i + 10], timeout = ARGV[i + 11],
+    result_ttl = ARGV[i + 12], lifo = ARGV[i + 13], group = ARGV[i + 14],
+    u_data = ARGV[i + 15], u_run_at = ARGV[i + 16], u_max_failures = ARGV[i + 17],
+    u_max_stalls = ARGV[i + 18], u_min_backoff = ARGV[i + 19], u_max_backoff = ARGV[i + 20],
+    u_reset = ARGV[i + 21], req = ARGV[i + 22], idx = ARGV[i + 23],
   }
 end
 

@@ -15,10 +15,12 @@ end
 -- The fields of a new record (`j`: task, data, priority, run_at, lifo,
 -- max_failures, max_stalls, min_backoff, max_backoff, timeout, result_ttl,
 -- group, and optionally schedule).
+-- Returns the HSET arguments and the new seq.
 local function job_fields(j, state, now, meta)
+  local seq = next_seq(meta, j.lifo)
   local fields = {
     'state', state, 'task', j.task, 'data', j.data, 'priority', j.priority,
-    'seq', next_seq(meta, j.lifo), 'attempts', 0, 'failures', 0, 'stalls', 0,
+    'seq', seq, 'attempts', 0, 'failures', 0, 'stalls', 0,
     'max_failures', j.max_failures, 'max_stalls', j.max_stalls,
     'min_backoff', j.min_backoff, 'max_backoff', j.max_backoff,
     'timeout', j.timeout, 'result_ttl', j.result_ttl, 'group', j.group or '',
@@ -36,11 +38,16 @@ local function job_fields(j, state, now, meta)
     fields[#fields + 1] = 'schedule'
     fields[#fields + 1] = j.schedule
   end
-  return fields
+  return fields, seq
 end
 
+-- Writes the record and indexes it at once (what `place` does for a record
+-- already in Redis, without reading back what was just written).
 local function create_job(job_key, j, now, Q, maxlen)
-  redis.call('HSET', job_key, unpack(job_fields(j, 'waiting', now, Q.meta)))
+  local due = tonumber(j.run_at)
+  local state = due > now and 'delayed' or 'waiting'
+  local fields, seq = job_fields(j, state, now, Q.meta)
+  redis.call('HSET', job_key, unpack(fields))
   if j.idx and j.idx ~= '' then
     for line in string.gmatch(j.idx, '[^\n]+') do
       redis.call('ZADD', base .. 'idx:' .. line, now, j.id)
@@ -49,7 +56,15 @@ local function create_job(job_key, j, now, Q, maxlen)
   -- a stale entry of an expired record with this id must not sweep the new one
   redis.call('ZREM', Q.completed, j.id)
   redis.call('ZREM', Q.failed, j.id)
-  local state = place(job_key, j.id, j.run_at, now, Q.ready, Q.scheduled, Q.marker)
+  if state == 'delayed' then
+    redis.call('ZADD', Q.scheduled, due, j.id)
+  elseif j.group and j.group ~= '' then
+    redis.call('ZADD', group_ready(j.group), ready_score(j.priority, seq), j.id)
+    enter_rotation(j.group)
+  else
+    redis.call('ZADD', Q.ready, ready_score(j.priority, seq), j.id)
+  end
+  wake(Q.marker)
   emit(Q.events, maxlen, 'event', 'created', 'id', j.id, 'state', state)
   return state
 end

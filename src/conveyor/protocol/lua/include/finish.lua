@@ -4,8 +4,12 @@
 
 -- A waiter (see await.lua) registered itself with HINCRBY waiters: only then
 -- is a notification list written, so unobserved jobs cost nothing extra.
-local function notify_waiters(job_key, id, state, payload)
-  if redis.call('HGET', job_key, 'waiters') then
+-- `waiters` may be passed when the caller already read it (false: none).
+local function notify_waiters(job_key, id, state, payload, waiters)
+  if waiters == nil then
+    waiters = redis.call('HGET', job_key, 'waiters')
+  end
+  if waiters then
     local done = base .. 'done:' .. id
     redis.call('RPUSH', done, state .. '\n' .. payload)
     redis.call('PEXPIRE', done, 60000)
@@ -125,8 +129,27 @@ end
 -- Every run's end (complete, fail, reap, release): free its group's slot,
 -- bring a group that waited for that slot back, and wake a worker when a
 -- concurrency cap may have held one back.
-local function end_run(job_key, marker)
-  local group = redis.call('HGET', job_key, 'group')
+-- Facts read once per script call, not once per job.
+local cached = {}
+local function queue_capped()
+  if cached.capped == nil then
+    cached.capped = redis.call('HEXISTS', base .. 'meta', 'concurrency') == 1
+  end
+  return cached.capped
+end
+
+local function twins_exist(blocked_index)
+  if cached.twins == nil then
+    cached.twins = redis.call('EXISTS', blocked_index) == 1
+  end
+  return cached.twins
+end
+
+-- `group` may be passed when the caller already read it (false: none).
+local function end_run(job_key, marker, group)
+  if group == nil then
+    group = redis.call('HGET', job_key, 'group')
+  end
   if group and group ~= '' then
     if redis.call('HINCRBY', base .. 'gactive', group, -1) <= 0 then
       redis.call('HDEL', base .. 'gactive', group)
@@ -140,7 +163,7 @@ local function end_run(job_key, marker)
       wake(marker)
     end
   end
-  if redis.call('HEXISTS', base .. 'meta', 'concurrency') == 1 then
+  if queue_capped() then
     wake(marker)
   end
 end
@@ -150,7 +173,7 @@ end
 -- whether there was one (then the finished record is gone, not retained).
 local function release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index)
   local blocked_key = base .. 'blocked:' .. id
-  if redis.call('EXISTS', blocked_key) == 0 then
+  if not twins_exist(blocked_index) or redis.call('EXISTS', blocked_key) == 0 then
     return false
   end
   redis.call('ZREM', blocked_index, id)
@@ -165,6 +188,9 @@ end
 -- upsert rules its enqueue asked for, instead of replacing it. Returns the
 -- earliest time the job may run again: `due`, or the merged run_at if later.
 local function merge_blocked(job_key, id, blocked_index, due)
+  if not twins_exist(blocked_index) then
+    return due
+  end
   local blocked_key = base .. 'blocked:' .. id
   local flat = redis.call('HGETALL', blocked_key)
   if #flat == 0 then
