@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import socket
 import threading
 from collections.abc import Sequence
@@ -257,10 +258,8 @@ class AsyncWire:
         self._protocol = None
 
     def __del__(self) -> None:  # an unclosed client must not leak its transport
-        try:
+        with contextlib.suppress(RuntimeError):  # its loop is already closed
             self._close()
-        except RuntimeError:  # its loop is already closed
-            pass
 
     async def call(self, *args: Any) -> Any:
         reply = (await self.call_many([args]))[0]
