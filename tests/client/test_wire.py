@@ -1,0 +1,96 @@
+"""The lean RESP wire the scripts run over: connections, auth, errors, reconnects."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis
+from redis import exceptions as rx
+
+from conveyor import Queue
+from conveyor.client.core import wire_endpoint
+from conveyor.client.wire import AsyncWire, Endpoint, SyncWire
+from conveyor.errors import OutOfMemoryError
+from support.servers import ServerFactory
+
+
+def _endpoint(url: str) -> Endpoint:
+    endpoint = wire_endpoint(url)
+    assert endpoint is not None
+    return endpoint
+
+
+def test_urls_the_wire_takes_and_those_it_leaves_to_redis_py() -> None:
+    tcp = _endpoint("redis://:pw@127.0.0.1:6390/3")
+    assert (tcp.host, tcp.port, tcp.db, tcp.password, tcp.path) == (
+        "127.0.0.1",
+        6390,
+        3,
+        "pw",
+        None,
+    )
+    unix = _endpoint("unix:///tmp/r.sock?db=2")
+    assert (unix.path, unix.db, unix.host) == ("/tmp/r.sock", 2, None)
+    assert wire_endpoint("rediss://127.0.0.1:6390/0") is None  # TLS: redis-py
+
+
+def test_sync_wire_pipelines_and_maps_errors(redis_url: str) -> None:
+    wire = SyncWire(_endpoint(redis_url))
+    try:
+        replies = wire.call_many(
+            [("SET", "wire:a", "1"), ("INCR", "wire:a"), ("HGET", "wire:a", "x")]
+        )
+        assert replies[:2] == [b"OK", 2] and isinstance(replies[2], rx.ResponseError)
+        with pytest.raises(rx.NoScriptError):
+            wire.call("EVALSHA", "0" * 40, 0)
+        assert wire.call("DEL", "wire:a") == 1
+    finally:
+        wire.close()
+
+
+def test_auth_and_database_selection(server_factory: ServerFactory) -> None:
+    server = server_factory(extra_args=["--requirepass", "s3cret"])
+    url = server.url.replace("redis://", "redis://:s3cret@").rsplit("/", 1)[0] + "/5"
+    wire = SyncWire(_endpoint(url))
+    wire.call("SET", "k", "v")
+    wire.close()
+    direct = redis.Redis.from_url(url)
+    assert direct.get("k") == b"v" and direct.dbsize() == 1
+    assert redis.Redis.from_url(url.rsplit("/", 1)[0] + "/0").dbsize() == 0
+    bad = SyncWire(_endpoint(url.replace("s3cret", "nope")))
+    with pytest.raises(rx.AuthenticationError):
+        bad.call("PING")
+
+
+def test_the_wire_reconnects_after_a_restart(server_factory: ServerFactory) -> None:
+    server = server_factory(appendonly=True)
+    with Queue("q", url=server.url) as queue:
+        queue.enqueue("t", None, id="before")
+        server.restart()
+        queue.enqueue("t", None, id="after")  # a lost connection is re-made on the next call
+        assert {queue.get("before") is not None, queue.get("after") is not None} == {True}
+
+
+def test_async_wire_pipelines_concurrent_callers(redis_url: str) -> None:
+    async def main() -> list[int]:
+        wire = AsyncWire(_endpoint(redis_url))
+        try:
+            replies = await asyncio.gather(*(wire.call("INCR", "wire:n") for _ in range(200)))
+            await wire.call("DEL", "wire:n")
+            return list(replies)
+        finally:
+            await wire.close()
+
+    assert sorted(asyncio.run(main())) == list(range(1, 201))
+
+
+def test_errors_over_the_wire_become_conveyor_errors(server_factory: ServerFactory) -> None:
+    server = server_factory(extra_args=["--maxmemory-policy", "noeviction"])
+    direct = redis.Redis.from_url(server.url)
+    with Queue("q", url=server.url) as queue:
+        queue.enqueue("t", None)
+        direct.set("filler", "x" * 3_000_000)
+        direct.config_set("maxmemory", 1_000_000)
+        with pytest.raises(OutOfMemoryError):
+            queue.enqueue("t", None)
