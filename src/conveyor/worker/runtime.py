@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -30,7 +31,7 @@ from conveyor.client.core import CONNECTION_OPTIONS, SOCKET_TIMEOUT, resolve_url
 from conveyor.client.sync import connect as connect_sync
 from conveyor.client.tasks import Task, Tasks
 from conveyor.client.transport import SyncRunner
-from conveyor.client.wire import SyncWire
+from conveyor.client.wire import AsyncWire, Endpoint, SyncWire
 from conveyor.errors import ConfigurationError, ConnectionLostError, ConveyorError
 from conveyor.protocol import ops
 from conveyor.timeutil import to_ms
@@ -126,17 +127,12 @@ class Worker:
             settings=self.tasks.settings,
             failures=self.settings.failures,
         )
-        # the blocking connection waits up to idle_wait: its socket timeout must be longer
-        blocker = redis.asyncio.Redis.from_url(
-            self.url,
-            **{**CONNECTION_OPTIONS, "socket_timeout": self.settings.idle_wait + SOCKET_TIMEOUT},
-        )
         sync_client = connect_sync(self.url)
+        endpoint = wire_endpoint(self.url)
+        self._blocker = Blocker(self.url, endpoint, self.settings.idle_wait + SOCKET_TIMEOUT)
         self._queue = queue
-        self._blocker = blocker
         self._runner = queue.runner
         self._acks = AckBuffer(self._runner, queue.core, self._written)
-        endpoint = wire_endpoint(self.url)
         beat_wire = None if endpoint is None else SyncWire(endpoint)
         heartbeat = self._heartbeat(SyncRunner(sync_client, queue.core.scripts, beat_wire))
         loop = asyncio.get_running_loop()
@@ -153,7 +149,7 @@ class Worker:
                 await asyncio.to_thread(heartbeat.leave)
                 await queue.client.delete(queue.core.keys.wake(self.id))
             self._executor.shutdown(wait=False, cancel_futures=True)
-            await blocker.aclose()
+            await self._blocker.close()
             await queue.close()
             sync_client.close()
             if beat_wire is not None:
@@ -363,7 +359,7 @@ class Worker:
 
     async def _block(self, timeout: float) -> Any:
         keys = self._queue.core.keys
-        return await self._blocker.bzpopmin([keys.marker, keys.wake(self.id)], timeout)
+        return await self._blocker.bzpopmin(keys.marker, keys.wake(self.id), timeout)
 
     # --- jobs --------------------------------------------------------------------
 
@@ -502,6 +498,39 @@ class Worker:
         for job_id, _, _ in leases:
             self._held.pop(job_id, None)
         log.info("gave back %d unfinished job(s)", len(leases))
+
+
+class Blocker:
+    """The connection an idle worker blocks on (BZPOPMIN): its own, since a
+    blocked connection can carry nothing else, with a socket timeout longer
+    than the longest wait. The lean wire when the URL allows, else redis-py."""
+
+    def __init__(self, url: str, endpoint: Endpoint | None, socket_timeout: float) -> None:
+        self._wire = (
+            None
+            if endpoint is None
+            else AsyncWire(dataclasses.replace(endpoint, socket_timeout=socket_timeout))
+        )
+        self._client = (
+            None
+            if self._wire is not None
+            else redis.asyncio.Redis.from_url(
+                url, **{**CONNECTION_OPTIONS, "socket_timeout": socket_timeout}
+            )
+        )
+
+    async def bzpopmin(self, *keys_and_timeout: Any) -> Any:
+        if self._wire is not None:
+            return await self._wire.call("BZPOPMIN", *keys_and_timeout)
+        assert self._client is not None
+        *keys, timeout = keys_and_timeout
+        return await self._client.bzpopmin(keys, timeout)
+
+    async def close(self) -> None:
+        if self._wire is not None:
+            await self._wire.close()
+        if self._client is not None:
+            await self._client.aclose()
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
