@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import os
@@ -27,19 +26,19 @@ import redis.asyncio
 
 from conveyor import serializers
 from conveyor.client.aio import AsyncQueue
-from conveyor.client.core import CONNECTION_OPTIONS, SOCKET_TIMEOUT, resolve_url, wire_endpoint
+from conveyor.client.core import SOCKET_TIMEOUT, resolve_url, wire_endpoint
 from conveyor.client.sync import connect as connect_sync
 from conveyor.client.tasks import Task, Tasks
 from conveyor.client.transport import SyncRunner
-from conveyor.client.wire import AsyncWire, Endpoint, SyncWire
+from conveyor.client.wire import SyncWire
 from conveyor.errors import ConfigurationError, ConnectionLostError, ConveyorError
 from conveyor.protocol import ops
 from conveyor.timeutil import to_ms
-from conveyor.timing import next_tick
 from conveyor.worker.acks import AckBuffer
 from conveyor.worker.context import JobContext
 from conveyor.worker.execution import Running, execute
 from conveyor.worker.heartbeat import Heartbeat
+from conveyor.worker.waiting import Blocker, advance
 
 log = logging.getLogger("conveyor.worker")
 
@@ -302,7 +301,7 @@ class Worker:
         for claimed in reply.jobs:
             self._accept(claimed, token)
             if claimed.schedule:
-                self._background(self._advance(claimed, reply.now_ms))
+                self._background(advance(self._queue, claimed, reply.now_ms))
         return reply
 
     def _background(self, coro: Any) -> None:
@@ -310,30 +309,6 @@ class Worker:
         self._side_tasks.add(task)
         task.add_done_callback(self._side_tasks.discard)
         task.add_done_callback(_log_failure)
-
-    async def _advance(self, claimed: ops.ClaimedJob, now_ms: int) -> None:
-        """A repeatable job's tick was claimed: queue the next tick's job.
-        schedule_next is a compare-and-set, so racing workers add one job."""
-        assert claimed.schedule is not None
-        keys = self._queue.core.keys
-        fired = int(claimed.id.rsplit("@", 1)[-1])  # tick jobs are `<schedule id>@<tick ms>`
-        cron, every = await self._queue.client.hmget(
-            keys.schedule(claimed.schedule), "cron", "every"
-        )
-        following = next_tick(
-            cron=ops.text(cron) if cron else None,
-            every_ms=int(every) if every else None,
-            fired_ms=fired,
-            now_ms=now_ms,
-        )
-        call = ops.schedule_next(
-            keys,
-            claimed.schedule,
-            fired_ms=fired,
-            next_ms=following,
-            events_maxlen=self._queue.core.settings.events_maxlen,
-        )
-        await self._runner.run(call)
 
     async def _wait_for_work(self, reply: ops.ClaimReply) -> None:
         """Block on the wake marker until an enqueue, the next due time, or
@@ -498,39 +473,6 @@ class Worker:
         for job_id, _, _ in leases:
             self._held.pop(job_id, None)
         log.info("gave back %d unfinished job(s)", len(leases))
-
-
-class Blocker:
-    """The connection an idle worker blocks on (BZPOPMIN): its own, since a
-    blocked connection can carry nothing else, with a socket timeout longer
-    than the longest wait. The lean wire when the URL allows, else redis-py."""
-
-    def __init__(self, url: str, endpoint: Endpoint | None, socket_timeout: float) -> None:
-        self._wire = (
-            None
-            if endpoint is None
-            else AsyncWire(dataclasses.replace(endpoint, socket_timeout=socket_timeout))
-        )
-        self._client = (
-            None
-            if self._wire is not None
-            else redis.asyncio.Redis.from_url(
-                url, **{**CONNECTION_OPTIONS, "socket_timeout": socket_timeout}
-            )
-        )
-
-    async def bzpopmin(self, *keys_and_timeout: Any) -> Any:
-        if self._wire is not None:
-            return await self._wire.call("BZPOPMIN", *keys_and_timeout)
-        assert self._client is not None
-        *keys, timeout = keys_and_timeout
-        return await self._client.bzpopmin(keys, timeout)
-
-    async def close(self) -> None:
-        if self._wire is not None:
-            await self._wire.close()
-        if self._client is not None:
-            await self._client.aclose()
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:

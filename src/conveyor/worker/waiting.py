@@ -1,0 +1,71 @@
+"""What a worker waits on: the blocking connection of an idle worker, and
+the next tick of a repeatable job it claimed."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import redis.asyncio
+
+from conveyor.client.aio import AsyncQueue
+from conveyor.client.core import CONNECTION_OPTIONS
+from conveyor.client.wire import AsyncWire, Endpoint
+from conveyor.protocol import ops
+from conveyor.timing import next_tick
+
+
+class Blocker:
+    """The connection an idle worker blocks on (BZPOPMIN): its own, since a
+    blocked connection can carry nothing else, with a socket timeout longer
+    than the longest wait. The lean wire when the URL allows, else redis-py."""
+
+    def __init__(self, url: str, endpoint: Endpoint | None, socket_timeout: float) -> None:
+        self._wire = (
+            None
+            if endpoint is None
+            else AsyncWire(dataclasses.replace(endpoint, socket_timeout=socket_timeout))
+        )
+        self._client = (
+            None
+            if self._wire is not None
+            else redis.asyncio.Redis.from_url(
+                url, **{**CONNECTION_OPTIONS, "socket_timeout": socket_timeout}
+            )
+        )
+
+    async def bzpopmin(self, *keys_and_timeout: Any) -> Any:
+        if self._wire is not None:
+            return await self._wire.call("BZPOPMIN", *keys_and_timeout)
+        assert self._client is not None
+        *keys, timeout = keys_and_timeout
+        return await self._client.bzpopmin(keys, timeout)
+
+    async def close(self) -> None:
+        if self._wire is not None:
+            await self._wire.close()
+        if self._client is not None:
+            await self._client.aclose()
+
+
+async def advance(queue: AsyncQueue, claimed: ops.ClaimedJob, now_ms: int) -> None:
+    """A repeatable job's tick was claimed: queue the next tick's job.
+    schedule_next is a compare-and-set, so racing workers add one job."""
+    assert claimed.schedule is not None
+    keys = queue.core.keys
+    fired = int(claimed.id.rsplit("@", 1)[-1])  # tick jobs are `<schedule id>@<tick ms>`
+    cron, every = await queue.client.hmget(keys.schedule(claimed.schedule), "cron", "every")
+    following = next_tick(
+        cron=ops.text(cron) if cron else None,
+        every_ms=int(every) if every else None,
+        fired_ms=fired,
+        now_ms=now_ms,
+    )
+    call = ops.schedule_next(
+        keys,
+        claimed.schedule,
+        fired_ms=fired,
+        next_ms=following,
+        events_maxlen=queue.core.settings.events_maxlen,
+    )
+    await queue.runner.run(call)
