@@ -539,7 +539,12 @@ class EmbeddedRedis:
             unixsocket=self._socket_path,
             appendonly=True,
             appendfsync="everysec",
-            extra_args=("--maxmemory-policy", "noeviction"),
+            # hash-max-ziplist-value (the 6.2 name; 7.x reads it as the listpack
+            # one): job records with payloads up to 1 KiB stay compact listpacks
+            # (about 670 instead of 1,850 bytes per job with a 100-byte payload)
+            extra_args=(
+                "--maxmemory-policy", "noeviction", "--hash-max-ziplist-value", "1024",
+            ),  # fmt: skip
             startup_timeout=self._startup_timeout,
         )
 
