@@ -106,10 +106,6 @@ class WaitTimeoutError(ConveyorError, TimeoutError):
     pass
 
 
-class LeaseLostError(ConveyorError):
-    pass
-
-
 class JobTimeoutError(ConveyorError, TimeoutError):
     pass
 

@@ -24,7 +24,6 @@ class JobState(enum.StrEnum):
 
 
 FINISHED_STATES = frozenset({JobState.COMPLETED, JobState.FAILED})
-PENDING_STATES = frozenset({JobState.WAITING, JobState.DELAYED, JobState.BLOCKED})
 
 
 @dataclass(frozen=True, slots=True)

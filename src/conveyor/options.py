@@ -30,7 +30,6 @@ PRIORITIES = {"high": 0, "normal": 1_000, "low": 2_000}
 DEFAULT_MAX_PAYLOAD = 512 * 1024
 TASK_NAME_MAX = 200
 
-Seconds = float | int | timedelta
 RunAtRule = bool | Literal["if_later", "if_earlier"]
 _RUN_AT_RULES: dict[object, str] = {
     True: "1",
