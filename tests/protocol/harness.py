@@ -150,6 +150,64 @@ class Proto:
     def cancel(self, job_id: str) -> int:
         return int(self.run(ops.cancel(self.keys, job_id, events_maxlen=MAXLEN)))
 
+    # --- job control -------------------------------------------------------------
+
+    def promote(self, job_id: str) -> int:
+        return int(self.run(ops.promote(self.keys, job_id, events_maxlen=MAXLEN)))
+
+    def reprioritize(self, job_id: str, priority: int) -> int:
+        call = ops.reprioritize(self.keys, job_id, priority, events_maxlen=MAXLEN)
+        return int(self.run(call))
+
+    def retry(self, job_id: str) -> int:
+        return int(self.run(ops.retry(self.keys, job_id, events_maxlen=MAXLEN)))
+
+    def remove(self, job_id: str) -> str:
+        return text(self.run(ops.remove(self.keys, job_id, events_maxlen=MAXLEN)))
+
+    # --- repeatable jobs -----------------------------------------------------------
+
+    def schedule_call(
+        self,
+        sid: str,
+        first_tick_ms: int,
+        *,
+        cron: str | None = None,
+        every_ms: int | None = None,
+        task: str = "t",
+        data: Any = None,
+        **options: Any,
+    ) -> ops.Call:
+        """schedule.lua with a template built by `spec` (its id is unused)."""
+        return ops.schedule(
+            self.keys,
+            sid,
+            first_tick_ms=first_tick_ms,
+            cron=cron,
+            every_ms=every_ms,
+            template=self.spec("template", task, data, **options),
+            events_maxlen=MAXLEN,
+        )
+
+    def schedule(self, sid: str, first_tick_ms: int, **kwargs: Any) -> tuple[str, str]:
+        """Create or replace a schedule; its pending job's (id, state)."""
+        job_id, state = self.run(self.schedule_call(sid, first_tick_ms, **kwargs))
+        return text(job_id), text(state)
+
+    def schedule_next_call(self, sid: str, fired_ms: int, next_ms: int) -> ops.Call:
+        return ops.schedule_next(
+            self.keys, sid, fired_ms=fired_ms, next_ms=next_ms, events_maxlen=MAXLEN
+        )
+
+    def schedule_next(self, sid: str, fired_ms: int, next_ms: int) -> int:
+        return int(self.run(self.schedule_next_call(sid, fired_ms, next_ms)))
+
+    def unschedule(self, sid: str) -> int:
+        return int(self.run(ops.unschedule(self.keys, sid)))
+
+    def schedule_hash(self, sid: str) -> dict[str, str]:
+        return {text(k): text(v) for k, v in self.r.hgetall(self.keys.schedule(sid)).items()}
+
     # --- reading the raw state ----------------------------------------------------
 
     def now(self) -> int:
@@ -209,3 +267,16 @@ class Proto:
         jobs = self.claim(token=token, lease_ms=lease_ms).jobs
         assert [j.id for j in jobs] == [job_id]
         return jobs[0]
+
+    def put(self, job_id: str, state: str, **options: Any) -> None:
+        """Make a job in `state` (waiting, delayed, active, completed or
+        failed) through the scripts; an active one is leased with token `t`."""
+        if state in ("waiting", "delayed"):
+            self.enqueue(job_id, **({"delay": 60} if state == "delayed" else {}), **options)
+        else:
+            self.start(job_id, token="t", **options)
+            if state == "completed":
+                assert self.complete_one(job_id, "t")
+            elif state == "failed":
+                assert self.fail(job_id, "t", permanent=True) == "failed"
+        assert self.job(job_id)["state"] == state

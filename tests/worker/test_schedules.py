@@ -90,3 +90,22 @@ def test_bad_schedules_are_refused(sync_queue: Queue, kwargs: dict, error: type)
     with pytest.raises(error):
         sync_queue.schedule("s", "t", None, **kwargs)
     assert sync_queue.schedules() == []
+
+
+def test_declaring_a_schedule_again_after_its_tick_ran_early(
+    tasks: Tasks, sync_queue: Queue, worker_runner: WorkerRunner
+) -> None:
+    ran: list[str] = []
+
+    @tasks.task
+    async def report(data: None) -> None:
+        ran.append(current_job().id)
+
+    first = sync_queue.schedule("nightly", "report", cron="0 3 * * *")
+    assert sync_queue.promote(first)  # "run it now"
+    worker_runner.start(tasks)
+    wait_until(lambda: ran == [first])
+    worker_runner.stop_all()
+    again = sync_queue.schedule("nightly", "report", cron="0 3 * * *")  # an app restart
+    assert again != first
+    assert sync_queue.get(again).state is JobState.DELAYED  # type: ignore[union-attr]

@@ -230,9 +230,11 @@ class QueueCore:
         cron: str | None,
         every: float | timedelta | None,
         options: Mapping[str, Any],
+        after_ms: int | None = None,
     ) -> ops.Call:
         """Validate a schedule and build its call; the first tick is the next
-        cron time, or one interval from now."""
+        cron time, or one interval, after now (or after `after_ms`: a retry
+        when that tick was taken)."""
         check_job_id(schedule_id + "@" + "0" * 13)  # its tick jobs' ids must be valid
         if (cron is None) == (every is None):
             raise ValidationError("give exactly one of cron= or every=")
@@ -246,6 +248,8 @@ class QueueCore:
                 raise ValidationError(f"every must be a positive number of seconds: {every!r}")
         template = self.spec(task, data, options)
         now_ms = round(time.time() * 1000)
+        if after_ms is not None:
+            now_ms = after_ms
         first = next_tick(
             cron=None if cron is None else check_cron(cron),
             every_ms=every_ms,

@@ -27,7 +27,7 @@ from conveyor.client.core import (
 from conveyor.client.events import Event, decode_events
 from conveyor.client.transport import SyncRunner, translated
 from conveyor.client.wire import SyncWire
-from conveyor.errors import UncertainWriteError, WaitTimeoutError
+from conveyor.errors import ConveyorError, UncertainWriteError, WaitTimeoutError
 from conveyor.job import Job, JobState
 from conveyor.protocol import ops
 from conveyor.protocol.keys import PROTOCOL_VERSION
@@ -166,11 +166,17 @@ class Queue:
         however many workers run; returns the pending job's id. `options`:
         priority, max_failures, max_stalls, min_backoff, max_backoff, timeout,
         result_ttl, group."""
-        call = self.core.schedule_call(
-            schedule_id, task, data, cron=cron, every=every, options=options
-        )
         self.check()
-        return ops.text((self._runner.run(call))[0])
+        after = None
+        for _ in range(10):  # a tick already run early is skipped for the next one
+            call = self.core.schedule_call(
+                schedule_id, task, data, cron=cron, every=every, options=options, after_ms=after
+            )
+            job_id = ops.text((self._runner.run(call))[0])
+            if job_id:
+                return job_id
+            after = int(call.args[2])
+        raise ConveyorError(f"schedule {schedule_id!r}: no free tick in ten tries")
 
     def schedules(self) -> list[ScheduleInfo]:
         """Every schedule of the queue, soonest tick first."""

@@ -33,7 +33,7 @@ def translate(exc: Exception) -> ConveyorError | None:
     """The Conveyor error for a redis-py error, or None to re-raise it as is."""
     if isinstance(exc, rx.AuthenticationError | rx.AuthorizationError):
         return ConfigurationError(f"Redis refused the credentials: {exc}")
-    if isinstance(exc, rx.OutOfMemoryError) or str(exc).startswith("OOM"):
+    if isinstance(exc, rx.OutOfMemoryError) or "OOM command not allowed" in str(exc):
         return OutOfMemoryError(f"Redis is out of memory (maxmemory reached): {exc}")
     if isinstance(exc, rx.NoPermissionError) or "NOPERM" in str(exc):
         return ConfigurationError(f"the Redis user lacks a permission: {exc}")

@@ -55,17 +55,21 @@ async def advance(queue: AsyncQueue, claimed: ops.ClaimedJob, now_ms: int) -> No
     keys = queue.core.keys
     fired = int(claimed.id.rsplit("@", 1)[-1])  # tick jobs are `<schedule id>@<tick ms>`
     cron, every = await queue.client.hmget(keys.schedule(claimed.schedule), "cron", "every")
-    following = next_tick(
-        cron=ops.text(cron) if cron else None,
-        every_ms=int(every) if every else None,
-        fired_ms=fired,
-        now_ms=now_ms,
-    )
-    call = ops.schedule_next(
-        keys,
-        claimed.schedule,
-        fired_ms=fired,
-        next_ms=following,
-        events_maxlen=queue.core.settings.events_maxlen,
-    )
-    await queue.runner.run(call)
+    after = now_ms
+    for _ in range(10):  # a tick whose job already ran (run early) is skipped
+        following = next_tick(
+            cron=ops.text(cron) if cron else None,
+            every_ms=int(every) if every else None,
+            fired_ms=fired,
+            now_ms=after,
+        )
+        call = ops.schedule_next(
+            keys,
+            claimed.schedule,
+            fired_ms=fired,
+            next_ms=following,
+            events_maxlen=queue.core.settings.events_maxlen,
+        )
+        if int(await queue.runner.run(call)) != -1:
+            return
+        after = following

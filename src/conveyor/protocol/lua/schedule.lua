@@ -18,7 +18,10 @@
 -- ARGV[6 ..] the job template: task, data, priority, max_failures, max_stalls,
 --            min_backoff, max_backoff, timeout, result_ttl, group
 --
--- Returns: {job id, state} of the pending job.
+-- Returns: {job id, state} of the pending job; {'', 'taken'} when the job
+-- of the first tick has already started or finished: the client then sends
+-- the call again with a later first tick (the old pending job is gone and
+-- the hash written either way).
 -- Effects: schedule:<sid> written (template, cron / every, next, job);
 -- a pending job of an earlier definition that has not started is deleted
 -- (one that is running finishes; its worker's schedule_next call then finds
@@ -50,4 +53,7 @@ for i, name in ipairs(TEMPLATE) do
 end
 redis.call('HSET', key, unpack(fields))
 local job_id = create_tick(sid, first, now, Q, maxlen)
+if not job_id then
+  return {'', 'taken'}
+end
 return {job_id, redis.call('HGET', base .. 'job:' .. job_id, 'state')}

@@ -15,7 +15,9 @@
 -- ARGV[3] fired tick  ms: the tick of the job that was claimed (from its id)
 -- ARGV[4] next tick   ms: computed by the worker from cron / every, after now
 --
--- Returns: 1 when the next job was queued; 0 when the schedule is gone or
+-- Returns: 1 when the next job was queued; -1 when that tick's job has
+-- already started or finished (the worker tries the tick after it); 0 when
+-- the schedule is gone or
 -- its `next` is no longer the fired tick (another worker advanced it, or
 -- the schedule was replaced): compare-and-set, so however many workers
 -- race, each tick yields exactly one job.
@@ -37,5 +39,7 @@ local now = now_ms()
 if redis.call('HGET', base .. 'schedule:' .. sid, 'next') ~= fired then
   return 0
 end
-create_tick(sid, following, now, Q, maxlen)
+if not create_tick(sid, following, now, Q, maxlen) then
+  return -1
+end
 return 1
