@@ -8,6 +8,7 @@ milliseconds, so a busy handler cannot starve it.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from collections.abc import Callable
 
@@ -56,16 +57,31 @@ class Heartbeat(threading.Thread):
         self._stop.set()
 
     def run(self) -> None:
+        failures = 0
         while True:
             try:
                 self.beat()
                 self.reap()
+                if failures:
+                    log.warning("heartbeat back after %d failed attempt(s)", failures)
+                failures = 0
             except (ConveyorError, redis.RedisError) as exc:  # Redis away or full
-                log.warning("heartbeat failed, trying again in %.1f s: %s", self.interval, exc)
+                failures += 1
+                if failures == 1 or failures % 10 == 0:  # not a line per attempt
+                    log.warning("heartbeat failed (%d in a row): %s", failures, exc)
             except Exception:  # never let the thread die silently
+                failures += 1
                 log.exception("heartbeat failed")
-            if self._stop.wait(self.interval):
+            if self._stop.wait(self._pause(failures)):
                 return
+
+    def _pause(self, failures: int) -> float:
+        """The beat period; after failures, up to 4x longer with jitter (a
+        reconnect storm helps nobody), never past a lease's worth."""
+        if not failures:
+            return self.interval
+        backoff = self.interval * min(4.0, 1.5 ** failures) * (0.75 + random.random() / 2)
+        return min(backoff, self.lease_ms / 1000)
 
     def beat(self) -> None:
         call = ops.heartbeat(
