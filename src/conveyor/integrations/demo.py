@@ -29,6 +29,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark pipeline")
     parser.add_argument("--spark-rows", type=int, default=100_000)
     parser.add_argument("--big", action="store_true", help="Spark pipeline with 1,000,000 rows")
+    parser.add_argument("--master", default=None, help="Spark master (default local[*])")
     return parser.parse_args(argv)
 
 
@@ -94,15 +95,29 @@ def run_core(url: str, args: argparse.Namespace) -> None:
 
 
 def run_spark(url: str, args: argparse.Namespace) -> None:
+    """Spark enqueues a generated DataFrame, workers drain it, Spark archives
+    the jobs and writes the report (conveyor.integrations.spark.pipeline)."""
     try:
-        from conveyor.integrations.spark.pipeline import (  # type: ignore[import-not-found,unused-ignore]
-            demo_pipeline,
-        )
-    except ImportError as exc:
-        print(f"skipping the Spark pipeline ({exc}); install conveyor[spark]")
+        import pyspark  # noqa: F401  (only to see whether the extra is installed)
+    except ImportError:
+        print("skipping the Spark pipeline: pip install 'conveyor[spark]' to see it")
         return
-    rows = 1_000_000 if args.big else args.spark_rows
-    demo_pipeline(url=url, rows=rows, workers=args.workers, concurrency=args.concurrency)
+    from conveyor.integrations.spark.pipeline import run_pipeline
+    from conveyor.integrations.spark.session import SparkSetupError, build_session
+
+    try:
+        spark = build_session(args.master, app_name="conveyor-demo")
+    except SparkSetupError as exc:
+        print(f"skipping the Spark pipeline: {exc}")
+        return
+    try:
+        rows = 1_000_000 if args.big else args.spark_rows
+        result = run_pipeline(
+            spark, url, rows, workers=max(2, args.workers), concurrency=args.concurrency
+        )
+        print(f"the pipeline's report: {result.report_html} (summary: {result.report_json})")
+    finally:
+        spark.stop()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,7 +8,9 @@ until it is used, and the core never imports this package.
     df.write.format("conveyor").option("url", url).option("queue", "q").mode("append").save()
     jobs = spark.read.format("conveyor").option("url", url).option("queue", "q").load()
 
-See docs/spark.md for the schemas, the options and the guarantees.
+The archive and the report: `conveyor.integrations.spark.archive.archive` and
+`conveyor.integrations.spark.report.report` (and their `main(argv)` commands). See
+docs/spark.md for the schemas, the options and the guarantees.
 """
 
 from __future__ import annotations
@@ -30,11 +32,9 @@ __all__ = [
     "EVENTS_SCHEMA_VERSION",
     "JOBS_DDL",
     "JOBS_SCHEMA_VERSION",
-    "archive",
     "build_session",
     "check_java",
     "register",
-    "report",
     "run_pipeline",
     "trim_events",
 ]
@@ -43,18 +43,21 @@ PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
 def register(spark: SparkSession, *, filter_pushdown: bool = True) -> None:
-    """Register `conveyor` and `conveyor_events` with this session.
+    """Register `conveyor`, `conveyor_events` (and the archive's internal
+    `conveyor_forget`) with this session.
 
     With `filter_pushdown` (the default) it also turns on Spark's Python filter pushdown for
     the session, which the `conveyor` reader uses for `state` and time-range filters; pass
     False to leave the session's setting alone (then read with `filterPushdown=false`).
     """
+    from .forget import ForgetDataSource
     from .sources import EventsDataSource, JobsDataSource
 
     if filter_pushdown:
         spark.conf.set(PUSHDOWN_CONF, "true")
     spark.dataSource.register(JobsDataSource)
     spark.dataSource.register(EventsDataSource)
+    spark.dataSource.register(ForgetDataSource)
 
 
 def trim_events(
@@ -80,11 +83,10 @@ def trim_events(
 
 def __getattr__(name: str) -> Any:
     """Lazy access to the heavier entry points (they import pyspark)."""
-    if name in ("archive", "report", "run_pipeline"):
-        module = {"archive": ".archive", "report": ".report", "run_pipeline": ".pipeline"}[name]
-        from importlib import import_module
+    if name == "run_pipeline":
+        from .pipeline import run_pipeline
 
-        return getattr(import_module(module, __name__), name)
+        return run_pipeline
     if name in ("build_session", "check_java"):
         from . import session
 

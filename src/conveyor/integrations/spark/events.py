@@ -32,6 +32,13 @@ if TYPE_CHECKING:
 
 __all__ = ["EventsReader", "EventsStreamReader", "make_events_reader", "make_events_stream"]
 
+try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python sources
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    _AVAILABLE_NOW: tuple[type, ...] = (SupportsTriggerAvailableNow,)
+except ImportError:  # pragma: no cover - Spark 4.0/4.1: batches are not limited
+    _AVAILABLE_NOW = ()
+
 _MAX_SEQ = 18446744073709551615
 _FIELDS = {name for name, _, _ in EVENTS_COLUMNS}
 _ZERO = "0-0"
@@ -106,7 +113,7 @@ def read_slice(
     config: EventsConfig, schema: StructType, partition: EventsPartition
 ) -> Iterator[pa.RecordBatch]:
     target = config.target
-    key = target.core().keys.events
+    key = target.keys().events
     arrow = arrow_schema(schema)
     client = store.raw_streams(target.client())
     low = partition.low
@@ -123,21 +130,27 @@ def read_slice(
         client.close()
 
 
+# Stream field of each column (the job id is the entry's `id` field).
+_STREAM_FIELD = {"job_id": b"id"}
+
+
 def _batch(entries: list[Any], schema: pa.Schema, queue: str) -> pa.RecordBatch:
     import pyarrow as pa
 
     values: dict[str, list[Any]] = {f.name: [] for f in schema}
-    columns = [(name, values[name]) for name in values if name not in ("queue", "at", "job_id")]
-    job_ids = values.get("job_id")
-    stream_ids: list[Any] = []
-    for stream_id, flat in entries:
-        stream_ids.append(stream_id)
+    stream_ids = [entry[0] for entry in entries]
+    wanted = [
+        (_STREAM_FIELD.get(name, name.encode()), out.append)
+        for name, out in values.items()
+        if name not in ("queue", "at", "stream_id")
+    ]
+    for _, flat in entries:
         fields = dict(zip(flat[0::2], flat[1::2], strict=False))
-        fields[b"stream_id"] = stream_id
-        if job_ids is not None:
-            job_ids.append(fields.get(b"id"))
-        for name, out in columns:
-            out.append(fields.get(name.encode()))
+        get = fields.get
+        for key, append in wanted:
+            append(get(key))
+    if "stream_id" in values:
+        values["stream_id"] = stream_ids
     arrays = []
     for f in schema:
         if f.name == "queue":
@@ -175,7 +188,7 @@ class EventsReader(DataSourceReader):
         if high is None:
             client = store.raw_streams(self.config.target.client())
             try:
-                high = last_id(client, self.config.target.core().keys.events)
+                high = last_id(client, self.config.target.keys().events)
             finally:
                 client.close()
         parts = _slices(self.config.start_id, high, self.config.num_partitions)
@@ -193,14 +206,14 @@ def last_id(client: redis.Redis, key: str) -> str:
     return store.stream_id_text(newest[0][0]) if newest else _ZERO
 
 
-class EventsStreamReader(DataSourceStreamReader):
+class EventsStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ignore[misc]
     """Micro-batches of events. The driver-side methods keep one lazy connection, which is
     never pickled (`__getstate__`): the tasks open their own in `read`."""
 
     def __init__(self, config: EventsConfig, schema: StructType) -> None:
         self.config = config
         self.schema = schema
-        self.key = config.target.core().keys.events
+        self.key = config.target.keys().events
         self.pinned: str | None = None
         self._client: redis.Redis | None = None
 
@@ -265,7 +278,7 @@ class EventsStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict[str, str]) -> None:
         if self.config.consumer:
-            keys = self.config.target.core().keys
+            keys = self.config.target.keys()
             store.register_consumer(self.client, keys, self.config.consumer, end["id"])
 
     def stop(self) -> None:

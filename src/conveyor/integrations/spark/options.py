@@ -19,6 +19,8 @@ import redis
 
 from conveyor.client.core import QueueCore, QueueSettings, resolve_url
 from conveyor.errors import ConfigurationError, UnknownOptionError
+from conveyor.options import check_name
+from conveyor.protocol.keys import QueueKeys
 
 __all__ = ["Options", "Target", "parse_instant_ms"]
 
@@ -127,7 +129,7 @@ class Target:
             prefix=options.text("prefix", defaults.prefix) or defaults.prefix,
             events_maxlen=options.integer("eventsMaxlen", defaults.events_maxlen, minimum=1),
         )
-        target.core()  # validates the queue name and prefix now, on the driver
+        target.keys()  # validates the queue name and prefix now, on the driver
         return target
 
     def settings(self) -> QueueSettings:
@@ -135,6 +137,12 @@ class Target:
 
     def core(self) -> QueueCore:
         return QueueCore(self.queue, self.settings())
+
+    def keys(self) -> QueueKeys:
+        """The queue's key names (validated), without loading the scripts."""
+        return QueueKeys(
+            check_name(self.prefix, "key prefix"), check_name(self.queue, "queue name")
+        )
 
     def client(self) -> redis.Redis:
         """A new connection. Reads of a million rows take longer than redis-py 8's 5 s

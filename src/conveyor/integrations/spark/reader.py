@@ -99,11 +99,12 @@ class ReadConfig:
 
 
 class JobsPartition(InputPartition):
-    """Ranks [start, stop) of one state's index."""
+    """Ranks [start, stop) of index `key`, which lists jobs in `state`."""
 
-    def __init__(self, state: str, start: int, stop: int) -> None:
-        super().__init__((state, start, stop))
+    def __init__(self, state: str, key: str, start: int, stop: int) -> None:
+        super().__init__((state, key, start, stop))
         self.state = state
+        self.key = key
         self.start = start
         self.stop = stop
 
@@ -141,29 +142,34 @@ class JobsReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         target = self.config.target
-        keys = target.core().keys
+        keys = target.keys()
         client = target.client()
         try:
-            windows = [(s, *self._window(client, keys, s)) for s in self.states]
+            windows = [
+                (state, key, *self._window(client, key, state))
+                for state in self.states
+                for key in store.state_indexes(client, keys, state)
+            ]
         finally:
             client.close()
-        windows = [(s, lo, hi) for s, lo, hi in windows if hi > lo]
-        total = sum(hi - lo for _, lo, hi in windows)
+        windows = [w for w in windows if w[3] > w[2]]
+        total = sum(hi - lo for _, _, lo, hi in windows)
         if total == 0:
-            return [JobsPartition(self.states[0] if self.states else "waiting", 0, 0)]
+            return [JobsPartition("waiting", keys.ready, 0, 0)]
         wanted = self.config.num_partitions or max(
             2 if total > 10_000 else 1, math.ceil(total / self.config.rows_per_partition)
         )
         parts: list[InputPartition] = []
-        for state, lo, hi in windows:
+        for state, key, lo, hi in windows:
             count = max(1, round(wanted * (hi - lo) / total))
             step = math.ceil((hi - lo) / count)
-            parts.extend(JobsPartition(state, a, min(a + step, hi)) for a in range(lo, hi, step))
+            parts.extend(
+                JobsPartition(state, key, a, min(a + step, hi)) for a in range(lo, hi, step)
+            )
         return parts
 
-    def _window(self, client: Any, keys: Any, state: str) -> tuple[int, int]:
+    def _window(self, client: Any, key: str, state: str) -> tuple[int, int]:
         """The rank range to read: everything, or what the time bounds leave."""
-        key = store.index_key(keys, state)
         size = int(client.zcard(key))
         low, high = 0, size
         finished = self.bounds.get("finished_at")
@@ -180,7 +186,7 @@ class JobsReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, JobsPartition)
         target = self.config.target
-        keys = target.core().keys
+        keys = target.keys()
         wanted = self.schema.fields
         fetch = ["state"] + [
             f.name for f in wanted if f.name not in ("id", "queue", "state")
@@ -190,7 +196,9 @@ class JobsReader(DataSourceReader):
         try:
             for start in range(partition.start, partition.stop, self.config.page_size):
                 count = min(self.config.page_size, partition.stop - start)
-                flat = store.fetch_jobs(client, keys, partition.state, fetch, start, count)
+                flat = store.fetch_jobs(
+                    client, keys, partition.key, partition.state, fetch, start, count
+                )
                 if not flat:
                     return
                 batch = self._batch(flat, fetch, schema, partition.state)
@@ -257,7 +265,8 @@ class PushdownJobsReader(JobsReader):
 
         ops = {GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<", LessThanOrEqual: "<="}
         for f in filters:
-            column_name = f.attribute[0] if len(f.attribute) == 1 else None
+            path: tuple[str, ...] = getattr(f, "attribute", ())
+            column_name = path[0] if len(path) == 1 else None
             if column_name == "state" and isinstance(f, EqualTo | EqualNullSafe | In):
                 values = f.value if isinstance(f, In) else (f.value,)
                 self.states = tuple(s for s in self.states if s in values)

@@ -102,9 +102,19 @@ EVENTS_DDL = ddl(EVENTS_COLUMNS)
 
 
 def struct(columns: Sequence[tuple[str, str, bool]]) -> StructType:
-    from pyspark.sql.types import StructType
+    """The Spark schema, built without a JVM (so tasks and tests can use it)."""
+    from pyspark.sql import types as t
 
-    return StructType.fromDDL(ddl(columns))
+    kinds = {
+        "string": t.StringType(),
+        "int": t.IntegerType(),
+        "bigint": t.LongType(),
+        "double": t.DoubleType(),
+        "timestamp": t.TimestampType(),
+    }
+    return t.StructType(
+        [t.StructField(name, kinds[kind], nullable) for name, kind, nullable in columns]
+    )
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:

@@ -110,6 +110,8 @@ def build_session(
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
             "spark.driver.memory": "2g",
+            # 200 shuffle partitions cost seconds per aggregation on a laptop
+            "spark.sql.shuffle.partitions": str(max(4, 2 * (os.cpu_count() or 2))),
         }
     elif master is not None:
         builder = builder.master(master)

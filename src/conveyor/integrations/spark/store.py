@@ -41,6 +41,7 @@ _LIVE_INDEXES = ("ready", "scheduled", "active", "completed", "failed")
 
 
 def index_key(keys: QueueKeys, state: str) -> str:
+    """The index of `state` (waiting: the ungrouped jobs; see `state_indexes`)."""
     return {
         JobState.WAITING: keys.ready,
         JobState.DELAYED: keys.scheduled,
@@ -49,6 +50,20 @@ def index_key(keys: QueueKeys, state: str) -> str:
         JobState.FAILED: keys.failed,
         JobState.BLOCKED: keys.blocked,
     }[JobState(state)]
+
+
+def group_names(client: redis.Redis, keys: QueueKeys) -> list[str]:
+    """Groups that may hold waiting jobs (runnable or held back), as `Queue.counts` finds
+    them. Requested from the client: `Queue.groups()`."""
+    names = [*client.zrange(keys.groups, 0, -1), *client.zrange(keys.gwait, 0, -1)]
+    return sorted({text(n) for n in names})
+
+
+def state_indexes(client: redis.Redis, keys: QueueKeys, state: str) -> list[str]:
+    """Every index listing jobs in `state`: waiting jobs of each group have their own."""
+    if state != JobState.WAITING:
+        return [index_key(keys, state)]
+    return [keys.ready, *(keys.group_ready(g) for g in group_names(client, keys))]
 
 
 def record_pattern(keys: QueueKeys, state: str) -> str:
@@ -67,18 +82,23 @@ def raw_streams(client: redis.Redis) -> redis.Redis:
 # --- enqueue: what already exists -------------------------------------------------------
 
 
-def existing_ids(client: redis.Redis, keys: QueueKeys, ids: Sequence[str]) -> set[str]:
+def existing_ids(
+    client: redis.Redis, keys: QueueKeys, ids: Sequence[str], groups: Iterable[str] = ()
+) -> set[str]:
     """The ids among `ids` that are a job of the queue in any state (waiting, delayed,
     active, or finished and still retained), read atomically (MULTI of ZMSCORE, Redis 6.2+).
+    `groups` are the groups of these jobs: their waiting jobs have their own indexes.
 
     Requested from the client: an enqueue flag `if_exists="skip"` in enqueue.lua, which would
     make this read unnecessary (see docs/spark.md, "Requests to the core").
     """
     if not ids:
         return set()
+    indexes = [getattr(keys, name) for name in _LIVE_INDEXES]
+    indexes += [keys.group_ready(group) for group in sorted(set(groups)) if group]
     pipe = client.pipeline(transaction=True)
-    for name in _LIVE_INDEXES:
-        pipe.execute_command("ZMSCORE", getattr(keys, name), *ids)  # type: ignore[no-untyped-call]
+    for index in indexes:
+        pipe.execute_command("ZMSCORE", index, *ids)  # type: ignore[no-untyped-call]
     found: set[str] = set()
     for scores in pipe.execute():
         found.update(job_id for job_id, score in zip(ids, scores, strict=True) if score is not None)
@@ -109,19 +129,39 @@ def staging_key(keys: QueueKeys, write_id: str, partition: int, attempt: int) ->
     return f"{keys.base}staging:{write_id}:{partition}:{attempt}"
 
 
+def staging_aborted(keys: QueueKeys, write_id: str) -> str:
+    return f"{keys.base}staging:{write_id}:aborted"
+
+
+class WriteAbortedError(RuntimeError):
+    """The driver aborted this write: a task still running must stage nothing more."""
+
+
 def stage(
     client: redis.Redis, keys: QueueKeys, write_id: str, key: str, blobs: Sequence[str], ttl_s: int
 ) -> None:
     """Append chunks to a task attempt's staging list, registered for commit and abort.
-    Both expire after `ttl_s`, so a driver that died mid-write leaves nothing for ever."""
+    Both expire after `ttl_s`, so a driver that died mid-write leaves nothing for ever.
+
+    A task can outlive its job's abort (Spark kills tasks asynchronously). The abort first
+    sets a tombstone; staging WATCHes it, so a chunk is either staged and registered before
+    the abort (which then deletes it) or not staged at all."""
     registry = staging_registry(keys, write_id)
-    pipe = client.pipeline(transaction=False)
-    pipe.sadd(registry, key)
-    pipe.expire(registry, ttl_s)
-    if blobs:
-        pipe.rpush(key, *blobs)
-    pipe.expire(key, ttl_s)
-    pipe.execute()
+    tombstone = staging_aborted(keys, write_id)
+    with client.pipeline(transaction=True) as tx:
+        try:
+            tx.watch(tombstone)  # type: ignore[no-untyped-call]
+            if tx.exists(tombstone):
+                raise WriteAbortedError(f"write {write_id} was aborted")
+            tx.multi()
+            tx.sadd(registry, key)
+            tx.expire(registry, ttl_s)
+            if blobs:
+                tx.rpush(key, *blobs)
+            tx.expire(key, ttl_s)
+            tx.execute()
+        except rx.WatchError:
+            raise WriteAbortedError(f"write {write_id} was aborted") from None
 
 
 def staged_chunks(client: redis.Redis, key: str, page: int = 16) -> Iterable[list[JobSpec]]:
@@ -135,9 +175,14 @@ def staged_chunks(client: redis.Redis, key: str, page: int = 16) -> Iterable[lis
         start += page
 
 
-def drop_staging(client: redis.Redis, keys: QueueKeys, write_id: str) -> int:
-    """Delete every staging list of a write (failed attempts too) and the registry."""
+def drop_staging(
+    client: redis.Redis, keys: QueueKeys, write_id: str, *, aborted: bool = False
+) -> int:
+    """Delete every staging list of a write (failed attempts too) and the registry; with
+    `aborted`, first leave a tombstone (for a day) so that no late task stages more."""
     registry = staging_registry(keys, write_id)
+    if aborted:
+        client.set(staging_aborted(keys, write_id), 1, ex=86_400)
     members = [text(m) for m in client.smembers(registry)]
     for i in range(0, len(members), 500):
         client.delete(*members[i : i + 500])
@@ -156,17 +201,18 @@ def rank_of_score(client: redis.Redis, key: str, score: float) -> int:
 def fetch_jobs(
     client: redis.Redis,
     keys: QueueKeys,
+    key: str,
     state: str,
     fields: Sequence[str],
     start: int,
     count: int,
 ) -> list[Any]:
-    """Records at ranks [start, start + count) of `state`'s index, flat: per job its id,
+    """Records at ranks [start, start + count) of index `key` (of jobs in `state`), flat:
+    per job its id,
     then `fields` (None where absent). One `SORT key BY nosort LIMIT .. GET ..` per page:
     about 3x the speed of pipelined HMGETs, all work in one server call. Where SORT's GET
     patterns are refused (Redis Cluster before 8, ACLs without @dangerous), falls back to
     ZRANGE + pipelined HMGET with the same result."""
-    key = index_key(keys, state)
     pattern = record_pattern(keys, state)
     gets: list[str] = ["GET", "#"]
     for field in fields:
@@ -206,7 +252,7 @@ def forget_finished(
     for _ in range(tries):
         with client.pipeline(transaction=True) as tx:
             try:
-                tx.watch(*job_keys)
+                tx.watch(*job_keys)  # type: ignore[no-untyped-call]
                 read = client.pipeline(transaction=False)
                 for key in job_keys:
                     read.hmget(key, ["state", "finished_at"])
@@ -255,8 +301,8 @@ def consumer_positions(client: redis.Redis, keys: QueueKeys) -> dict[str, str]:
     return {text(k): text(v) for k, v in raw.items()}
 
 
-def stream_id_text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+def stream_id_text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def stream_id_key(stream_id: str) -> tuple[int, int]:

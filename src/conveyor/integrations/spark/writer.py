@@ -7,9 +7,12 @@ client) and enqueues its partition through the enqueue script `Queue.enqueue` us
 
 Duplicates: ids are the `id` column, else `<writeId>-<partition>-<row>` (batch) or
 `<idPrefix>-<batchId>-<partition>-<row>` (streaming), so a retried task or a replayed
-micro-batch produces the same ids, and with `ifExists=skip` (the default) an id that is
-already a job, in any state, is left alone. `atomic=true` stages every task's jobs and
-publishes them only in the driver's commit; an aborted write leaves nothing behind.
+micro-batch produces the same ids; every job of a write (or micro-batch) carries the same
+enqueue request id, `spark-<writeId>`, which the enqueue script recognises on a re-send and
+then changes nothing, even for a job already running. On top, with `ifExists=skip` (the
+default) an id that is already a job of an earlier write, in any state, is left alone.
+`atomic=true` stages every task's jobs and publishes them only in the driver's commit; an
+aborted write leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -65,8 +68,10 @@ class WriteConfig:
         task = options.text("task")
         check_columns(columns, default_task=task)
         if streaming:
+            chosen_id = True  # from the checkpoint: the same on every restart
             write_id = options.text("idPrefix") or _checkpoint_token(options)
         else:
+            chosen_id = options.text("writeId") is not None
             write_id = options.text("writeId") or uuid.uuid4().hex[:16]
         if not _TOKEN.fullmatch(write_id):
             raise ConfigurationError(f"writeId/idPrefix {write_id!r}: use 1-64 of A-Za-z0-9_.-")
@@ -75,7 +80,10 @@ class WriteConfig:
             target=target,
             task=task,
             write_id=write_id,
-            skip_existing=options.choice("ifExists", "skip", ("skip", "update")) == "skip",
+            # Ids made from a fresh random writeId cannot be jobs of an earlier write: the
+            # look-up is needed only for an `id` column or a caller's writeId / idPrefix.
+            skip_existing=options.choice("ifExists", "skip", ("skip", "update")) == "skip"
+            and ("id" in columns or chosen_id),
             atomic=options.flag("atomic", False) and not streaming,
             chunk_size=options.integer("chunkSize", 500, minimum=1),
             pipeline_depth=options.integer("pipelineDepth", 8, minimum=1),
@@ -125,7 +133,9 @@ def _task_context() -> tuple[int, int, str | None]:
 class _PartitionWrite:
     """The work of one task: encode, drop existing ids, enqueue or stage."""
 
-    def __init__(self, config: WriteConfig, id_prefix: str, partition: int, attempt: int) -> None:
+    def __init__(
+        self, config: WriteConfig, id_prefix: str, request: str, partition: int, attempt: int
+    ) -> None:
         self.config = config
         self.partition = partition
         self.attempt = attempt
@@ -136,6 +146,7 @@ class _PartitionWrite:
             self.core,
             default_task=config.task,
             id_prefix=id_prefix,
+            request=request,
             validate_data=config.validate_data,
         )
         self.rows = 0
@@ -202,7 +213,8 @@ def enqueue_chunks(
     outcomes: dict[str, int] = {}
     if skip_existing:
         ids = [spec.id for chunk in chunks for spec in chunk]
-        existing = store.existing_ids(queue.client, queue.core.keys, ids)
+        groups = {spec.group for chunk in chunks for spec in chunk}
+        existing = store.existing_ids(queue.client, queue.core.keys, ids, groups)
         if existing:
             outcomes["skipped"] = len(existing)
             chunks = [[s for s in chunk if s.id not in existing] for chunk in chunks]
@@ -236,7 +248,8 @@ class JobsWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
         partition, attempt, _ = _task_context()
         prefix = f"{self.config.write_id}-{partition}"
-        return _PartitionWrite(self.config, prefix, partition, attempt).run(iterator)
+        request = f"spark-{self.config.write_id}"
+        return _PartitionWrite(self.config, prefix, request, partition, attempt).run(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.config.atomic:
@@ -248,7 +261,9 @@ class JobsWriter(DataSourceArrowWriter):
             target = self.config.target
             client = target.client()
             try:
-                dropped = store.drop_staging(client, target.core().keys, self.config.write_id)
+                dropped = store.drop_staging(
+                    client, target.keys(), self.config.write_id, aborted=True
+                )
             finally:
                 client.close()
             log.warning(
@@ -288,8 +303,10 @@ class JobsStreamWriter(DataSourceStreamWriter):
 
     def write(self, iterator: Iterator[Any]) -> WriteResult:
         partition, attempt, batch_id = _task_context()
-        prefix = f"{self.config.write_id}-{batch_id or 0}-{partition}"
-        writer = _PartitionWrite(self.config, prefix, partition, attempt)
+        batch = f"{self.config.write_id}-{batch_id or 0}"
+        writer = _PartitionWrite(
+            self.config, f"{batch}-{partition}", f"spark-{batch}", partition, attempt
+        )
         return writer.run(_as_batches(iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

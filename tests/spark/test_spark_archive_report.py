@@ -1,0 +1,121 @@
+"""Archive (copy to Parquet, then remove; re-runs are safe), report, and the pipeline."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark", reason="PySpark is not installed: pip install -e '.[spark]'")
+
+from conveyor import JobRequest, JobState, PermanentError, Queue, QueueSettings  # noqa: E402
+from conveyor.client.tasks import Tasks  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+SETTINGS = QueueSettings(events_maxlen=100_000)
+
+
+def _finish(url: str, queue: str, runner: Any, ids: list[str]) -> None:
+    from support.workers import wait_until
+
+    tasks = Tasks(queue, settings=SETTINGS)
+
+    @tasks.task(name="work")
+    def work(data: int) -> int:
+        if data % 10 == 0:
+            raise PermanentError(f"item {data} rejected")
+        return data * 2
+
+    with Queue(queue, url=url, settings=SETTINGS) as q:
+        before = q.counts()
+        q.enqueue_many([JobRequest("work", n, {"id": i}) for n, i in enumerate(ids)])
+        handle = runner.start(tasks, concurrency=8)
+        done = before[JobState.COMPLETED] + before[JobState.FAILED] + len(ids)
+        wait_until(
+            lambda: q.counts()[JobState.COMPLETED] + q.counts()[JobState.FAILED] == done,
+            timeout=30,
+        )
+        handle.stop()
+
+
+def test_archive_moves_finished_jobs_and_reruns_are_safe(
+    spark: Any, redis_url: str, queue_name: str, worker_runner: Any, tmp_path: Path
+) -> None:
+    from conveyor.integrations.spark.archive import archive
+
+    path = str(tmp_path / "archive")
+    _finish(redis_url, queue_name, worker_runner, [f"a{n}" for n in range(300)])
+    with Queue(queue_name, url=redis_url) as q:
+        q.enqueue("work", 1, id="still-waiting", delay=3600)
+        # Crash right after the Parquet commit, before anything is removed from Redis.
+        with pytest.raises(RuntimeError, match="fail_after_write"):
+            archive(spark, redis_url, path, [queue_name], fail_after_write=True)
+        assert q.counts()[JobState.COMPLETED] + q.counts()[JobState.FAILED] == 300
+        assert spark.read.parquet(path).count() == 300
+
+        # The re-run first finishes the crashed run's removals, then finds nothing new.
+        (result,) = archive(spark, redis_url, path, [queue_name])
+        assert (result.recovered_runs, result.removed, result.archived) == (1, 300, 0)
+        counts = q.counts()
+        assert counts[JobState.COMPLETED] + counts[JobState.FAILED] == 0
+        assert counts[JobState.DELAYED] == 1 and q.get("a1") is None
+
+        _finish(redis_url, queue_name, worker_runner, [f"b{n}" for n in range(50)])
+        (result,) = archive(spark, redis_url, path, [queue_name])
+        assert (result.recovered_runs, result.removed, result.archived) == (0, 50, 50)
+
+    data = spark.read.parquet(path)
+    rows = data.select("id", "state", "queue", "day", "finished_at", "result").collect()
+    assert len(rows) == 350 and len({r["id"] for r in rows}) == 350
+    assert {r["queue"] for r in rows} == {queue_name}
+    assert {r["state"] for r in rows} == {"completed", "failed"}
+    assert all(str(r["day"]) == r["finished_at"].strftime("%Y-%m-%d") for r in rows)
+    assert (tmp_path / "archive" / f"queue={queue_name}").is_dir()
+
+
+def _well_formed_svgs(html: str) -> int:
+    count = 0
+    for chunk in html.split("<svg")[1:]:
+        ET.fromstring("<svg" + chunk.split("</svg>")[0] + "</svg>")
+        count += 1
+    return count
+
+
+def test_pipeline_end_to_end_writes_the_report(
+    spark: Any, redis_url: str, queue_name: str, tmp_path: Path
+) -> None:
+    from conveyor.integrations.spark import run_pipeline
+
+    lines: list[str] = []
+    result = run_pipeline(
+        spark, redis_url, 2000, queue=queue_name, out_dir=str(tmp_path / "out"),
+        workers=1, say=lines.append,
+    )  # fmt: skip
+    assert result.steps["archive"]["rows"] == result.steps["archive"]["removed"] == 2000
+    events = result.steps["report"]["by_event"]
+    assert events["created"] == 2000 and events["active"] >= 2000
+    assert any(line.startswith("report: ") for line in lines)
+
+    summary = json.loads(Path(result.report_json or "").read_text())
+    assert summary["totals"]["jobs"] == 2000
+    assert 0 < summary["totals"]["retry_rate"] < 0.1
+    assert {row["priority"] for row in summary["by_priority"]} == {"0", "1000", "2000"}
+    assert summary["by_queue"][0]["wait_p50"] is not None
+    assert summary["throughput"]["series"]
+    assert summary["top_errors"][0]["error"].startswith("ConnectionError")
+    html = Path(result.report_html or "").read_text()
+    assert "<h1>Conveyor report</h1>" in html and _well_formed_svgs(html) >= 3
+    with Queue(queue_name, url=redis_url) as q:
+        assert sum(q.counts().values()) == 0  # archived, then removed
+
+
+def test_report_over_archive_only(spark: Any, redis_url: str, tmp_path: Path) -> None:
+    from conveyor.integrations.spark.report import report
+
+    paths = report(spark, str(tmp_path / "r"), archive_path=str(tmp_path / "missing"))
+    assert json.loads(Path(paths.json).read_text())["throughput"]["series"] == []
+    assert "no data" in Path(paths.html).read_text()

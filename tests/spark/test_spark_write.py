@@ -1,0 +1,158 @@
+"""Batch writes: rows become jobs through the enqueue script; retries add no duplicates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark", reason="PySpark is not installed: pip install -e '.[spark]'")
+
+from conveyor import JobState, Queue  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+
+def _orders(spark: Any, n: int, partitions: int = 2) -> Any:
+    return spark.range(n, numPartitions=partitions).selectExpr(
+        "concat('order-', id) AS id",
+        "id AS customer",
+        "cast(id * 1.5 AS double) AS amount",
+        "cast(id % 3 AS int) * 1000 AS priority",
+    )
+
+
+def _write(df: Any, url: str, queue: str, **options: str) -> None:
+    writer = df.write.format("conveyor").option("url", url).option("queue", queue)
+    writer = writer.option("task", "orders.process")
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    writer.mode("append").save()
+
+
+def test_rows_become_jobs_with_payload_columns(spark: Any, redis_url: str, queue_name: str) -> None:
+    _write(_orders(spark, 2000), redis_url, queue_name)
+    with Queue(queue_name, url=redis_url) as q:
+        assert q.counts()[JobState.WAITING] == 2000
+        job = q.get("order-7")
+        assert job is not None
+        assert job.task == "orders.process"
+        assert job.data == {"customer": 7, "amount": 10.5}
+        assert job.priority == 1000
+
+
+def test_data_column_task_column_and_options(spark: Any, redis_url: str, queue_name: str) -> None:
+    rows = [
+        ("a", "mail.send", '{"to": "a@example.com"}', None, None, "acme"),
+        ("b", "mail.send", '{"to": "b@example.com"}', 3600.0, 0, None),
+        ("c", "sms.send", "[1, 2]", None, 2000, None),
+    ]
+    df = spark.createDataFrame(rows, "id string, task string, data string, delay double, "
+                               "priority int, `group` string")  # fmt: skip
+    df.write.format("conveyor").option("url", redis_url).option("queue", queue_name).mode(
+        "append"
+    ).save()
+    with Queue(queue_name, url=redis_url) as q:
+        a, b, c = q.get("a"), q.get("b"), q.get("c")
+        assert a and b and c
+        assert (a.task, a.data, a.group, a.state) == (
+            "mail.send", {"to": "a@example.com"}, "acme", JobState.WAITING
+        )  # fmt: skip
+        assert b.state == JobState.DELAYED and b.priority == 0
+        assert (c.task, c.data, c.priority) == ("sms.send", [1, 2], 2000)
+
+
+def test_bad_writes_fail_on_the_driver(spark: Any, redis_url: str, queue_name: str) -> None:
+    df = spark.createDataFrame([("x", 1)], "id string, n int")
+    base = df.write.format("conveyor").option("url", redis_url).option("queue", queue_name)
+    with pytest.raises(Exception, match="every job needs a task"):
+        base.mode("append").save()
+    with pytest.raises(Exception, match="only appends"):
+        base.option("task", "t").mode("overwrite").save()
+    with pytest.raises(Exception, match="unknown option"):
+        base.option("task", "t").option("chunksize", "5").option("bogus", "1").mode("append").save()
+    bad_json = spark.createDataFrame([("x", "{nope")], "id string, data string")
+    with pytest.raises(Exception, match="not JSON"):
+        _write(bad_json, redis_url, queue_name)
+    with Queue(queue_name, url=redis_url) as q:
+        assert sum(q.counts().values()) == 0
+
+
+@pytest.mark.parametrize("if_exists", ["skip", "update"])
+def test_failed_task_then_rerun_makes_no_duplicates(
+    spark: Any, redis_url: str, queue_name: str, worker_runner: Any, if_exists: str
+) -> None:
+    """A write that dies mid-way left some jobs; workers already run some of them; the
+    re-run (same writeId, as a retried task would) tops up to exactly one job per row and
+    touches none of the running ones (no blocked twin, nothing runs twice). With
+    ifExists=update no look-up runs: the write's enqueue request id alone does it."""
+    import threading
+
+    from conveyor import QueueSettings
+    from conveyor.client.tasks import Tasks
+    from support.workers import wait_until
+
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
+    try:
+        df = _orders(spark, 1000).drop("id")  # generated ids: <writeId>-<partition>-<row>
+        with pytest.raises(Exception, match="testFailAfterRows"):
+            _write(
+                df, redis_url, queue_name, writeId="w1", testFailAfterRows="300", ifExists=if_exists
+            )
+        with Queue(queue_name, url=redis_url) as q:
+            partial = q.counts()[JobState.WAITING]
+            assert 300 <= partial < 1000
+
+            release = threading.Event()
+            runs: dict[str, int] = {}
+            tasks = Tasks(queue_name, settings=QueueSettings(events_maxlen=100_000))
+
+            @tasks.task(name="orders.process")
+            def process(data: Any) -> None:
+                from conveyor.worker import current_job
+
+                job_id = current_job().id
+                runs[job_id] = runs.get(job_id, 0) + 1
+                release.wait(30)
+
+            worker_runner.start(tasks, concurrency=10)
+            wait_until(lambda: q.counts()[JobState.ACTIVE] == 10)
+            _write(
+                df, redis_url, queue_name, writeId="w1", eventsMaxlen="100000", ifExists=if_exists
+            )
+            counts = q.counts()
+            assert counts[JobState.ACTIVE] == 10 and counts[JobState.BLOCKED] == 0
+            assert counts[JobState.WAITING] == 990
+            release.set()
+            wait_until(lambda: q.counts()[JobState.COMPLETED] == 1000, timeout=60)
+            assert len(runs) == 1000 and set(runs.values()) == {1}
+            names = [e.name for e in q.events(after="0-0", count=100_000)]
+            assert names.count("created") == 1000 and "blocked" not in names
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+
+
+def test_atomic_write_is_all_or_nothing(
+    spark: Any, redis_url: str, queue_name: str, redis_client: Any
+) -> None:
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
+    try:
+        df = _orders(spark, 1000)
+        with pytest.raises(Exception, match="testFailAfterRows"):
+            _write(df, redis_url, queue_name, atomic="true", testFailAfterRows="300")
+        with Queue(queue_name, url=redis_url) as q:
+            assert sum(q.counts().values()) == 0
+            assert redis_client.xlen(q.core.keys.events) == 0
+            # nothing staged is left, even by a task still running when Spark aborted: only
+            # the abort's tombstone, which stops such a task from staging more
+            staged = {k.decode() for k in redis_client.scan_iter(match=f"*{queue_name}*staging*")}
+            assert all(key.endswith(":aborted") for key in staged) and len(staged) == 1
+            _write(df, redis_url, queue_name, atomic="true", writeId="a1")
+            assert q.counts()[JobState.WAITING] == 1000
+            staged = {k.decode() for k in redis_client.scan_iter(match=f"*{queue_name}*staging*")}
+            assert all(key.endswith(":aborted") for key in staged)
+            # the same write again (a re-run) adds nothing
+            _write(df, redis_url, queue_name, atomic="true", writeId="a1")
+            assert q.counts()[JobState.WAITING] == 1000
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
