@@ -144,3 +144,12 @@ def test_schedules_through_both_clients(queue: Any) -> None:
     assert [s.id for s in queue.schedules()] == ["every-minute"]
     assert queue.unschedule("every-minute") is True
     assert queue.schedules() == [] and queue.get(job_id) is None
+
+
+def test_groups_lists_groups_with_waiting_jobs(queue: Any) -> None:
+    queue.enqueue("t", None, group="tenant-b")
+    queue.enqueue("t", None, group="tenant-a")
+    queue.pause_group("tenant-c")
+    queue.enqueue("t", None, group="tenant-c")
+    queue.enqueue("t", None)
+    assert queue.groups() == ["tenant-a", "tenant-b", "tenant-c"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from conveyor.protocol import ops
+
 from .harness import HALF, SEQ_SPAN, Proto
 
 
@@ -287,3 +289,20 @@ def test_a_resent_enqueue_changes_nothing_even_while_the_job_runs(q: Proto) -> N
     fresh = q.enqueue_specs([q.spec("a", data={"v": 2})])  # a new call: singleton rules
     assert [o.outcome for o in fresh] == ["blocked"]
     assert [o.outcome for o in q.enqueue_specs([q.spec("a")])] == ["blocked"]
+
+
+def test_events_a_registered_reader_has_not_read_are_never_trimmed(q: Proto) -> None:
+    def enqueue(prefix: str, n: int) -> None:
+        specs = [q.spec(f"{prefix}{i}") for i in range(n)]
+        for spec in specs:  # one call each: every call trims
+            q.run(ops.enqueue(q.keys, [spec], events_maxlen=100))
+
+    enqueue("a", 50)
+    read_up_to = q.r.xrange(q.keys.events)[9][0]
+    q.r.hset(q.keys.consumers, "spark-1", read_up_to)  # a reader has read 10 events
+    enqueue("b", 300)
+    unread = q.r.xrange(q.keys.events, min=b"(" + read_up_to)
+    assert len(unread) == 40 + 300  # far past MAXLEN ~ 100, nothing unread trimmed
+    q.r.delete(q.keys.consumers)  # without readers the cap applies again
+    enqueue("c", 300)
+    assert q.r.xlen(q.keys.events) < 300

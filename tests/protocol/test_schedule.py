@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from .harness import HALF, SEQ_SPAN, Proto
 
 TEMPLATE = dict(

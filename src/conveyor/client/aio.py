@@ -330,6 +330,14 @@ class AsyncQueue:
         jobs = [self.core.job(i, raw) for i, raw in zip(ids, raws, strict=True)]
         return [job for job in jobs if job is not None]
 
+    async def groups(self) -> list[str]:
+        """Groups with waiting jobs, those held back (paused, at a limit) included."""
+        keys = self.core.keys
+        with translated():
+            names = [*await self.client.zrange(keys.groups, 0, -1)]
+            names += [*await self.client.zrange(keys.gwait, 0, -1)]
+        return sorted({ops.text(n) for n in names})
+
     async def workers(self) -> list[WorkerInfo]:
         """The roll call: workers that sent a heartbeat within their TTL."""
         with translated():

@@ -322,6 +322,14 @@ class Queue:
         jobs = [self.core.job(i, raw) for i, raw in zip(ids, raws, strict=True)]
         return [job for job in jobs if job is not None]
 
+    def groups(self) -> list[str]:
+        """Groups with waiting jobs, those held back (paused, at a limit) included."""
+        keys = self.core.keys
+        with translated():
+            names = [*self.client.zrange(keys.groups, 0, -1)]
+            names += [*self.client.zrange(keys.gwait, 0, -1)]
+        return sorted({ops.text(n) for n in names})
+
     def workers(self) -> list[WorkerInfo]:
         """The roll call: workers that sent a heartbeat within their TTL."""
         with translated():

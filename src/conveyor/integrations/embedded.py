@@ -543,7 +543,10 @@ class EmbeddedRedis:
             # one): job records with payloads up to 1 KiB stay compact listpacks
             # (about 670 instead of 1,850 bytes per job with a 100-byte payload)
             extra_args=(
-                "--maxmemory-policy", "noeviction", "--hash-max-ziplist-value", "1024",
+                "--maxmemory-policy",
+                "noeviction",
+                "--hash-max-ziplist-value",
+                "1024",
             ),  # fmt: skip
             startup_timeout=self._startup_timeout,
         )

@@ -112,6 +112,11 @@ class QueueKeys:
         return self.base + "schedule:" + schedule_id
 
     @property
+    def consumers(self) -> str:
+        """Hash: registered events readers -> the last stream id each has read."""
+        return self.base + "consumers"
+
+    @property
     def workers(self) -> str:
         return self.base + "workers"
 

@@ -80,7 +80,7 @@ class Heartbeat(threading.Thread):
         reconnect storm helps nobody), never past a lease's worth."""
         if not failures:
             return self.interval
-        backoff = self.interval * min(4.0, 1.5 ** failures) * (0.75 + random.random() / 2)
+        backoff = self.interval * min(4.0, 1.5**failures) * (0.75 + random.random() / 2)
         return min(backoff, self.lease_ms / 1000)
 
     def beat(self) -> None:

@@ -28,6 +28,37 @@ local function wake(marker)
   redis.call('ZADD', marker, 0, '0')
 end
 
+-- Events are capped at about `maxlen`, except that while readers are
+-- registered in `consumers` (name -> last stream id read) nothing they have
+-- not read is trimmed: then the stream is trimmed up to the slowest reader.
+local function stream_before(a, b)
+  local a_ms, a_seq = string.match(a, '^(%d+)-(%d+)$')
+  local b_ms, b_seq = string.match(b, '^(%d+)-(%d+)$')
+  if not a_ms or not b_ms then return false end
+  if tonumber(a_ms) ~= tonumber(b_ms) then return tonumber(a_ms) < tonumber(b_ms) end
+  return tonumber(a_seq) < tonumber(b_seq)
+end
+
+local slowest_reader = nil  -- per script call: false = no registered reader
+local function reader_floor(events)
+  if slowest_reader == nil then
+    slowest_reader = false
+    local consumers = string.sub(events, 1, -7) .. 'consumers'  -- `...events` -> `...consumers`
+    for _, position in ipairs(redis.call('HVALS', consumers)) do
+      if not slowest_reader or stream_before(position, slowest_reader) then
+        slowest_reader = position
+      end
+    end
+  end
+  return slowest_reader
+end
+
 local function emit(events, maxlen, ...)
-  redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', ...)
+  local floor = reader_floor(events)
+  if floor then
+    redis.call('XADD', events, '*', ...)
+    redis.call('XTRIM', events, 'MINID', '~', floor)
+  else
+    redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', ...)
+  end
 end
