@@ -141,7 +141,7 @@ class _PartitionWrite:
         self.attempt = attempt
         self.queue = _queue(config.target)
         self.core = self.queue.core
-        self.runner = SyncRunner(self.queue.client, self.core.scripts)
+        self.runner = self.queue.runner  # the lean wire when the URL allows
         self.encoder = RowEncoder(
             self.core,
             default_task=config.task,
@@ -275,7 +275,7 @@ class JobsWriter(DataSourceArrowWriter):
         idempotent per id, so a commit that died half-way can simply be run again."""
         config = self.config
         queue = _queue(config.target)
-        runner = SyncRunner(queue.client, queue.core.scripts)
+        runner = queue.runner
         try:
             queue.check()
             for message in messages:
