@@ -276,3 +276,24 @@ def test_the_events_stream_is_capped(redis_url: str, queue_name: str) -> None:
         q.enqueue_many([("t", i) for i in range(2000)])
         length = q.client.xlen(q.core.keys.events)
     assert length < 300  # MAXLEN ~ trims by whole macro nodes
+
+
+def test_a_second_stop_gives_running_jobs_back_at_once(
+    tasks: Tasks, sync_queue: Queue, worker_runner: WorkerRunner
+) -> None:
+    started = threading.Event()
+
+    @tasks.task
+    async def long(data: None) -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    job = long.enqueue(None)
+    handle = worker_runner.start(tasks, grace=30.0)
+    assert started.wait(10)
+    t0 = time.monotonic()
+    handle.stop_now()  # two signals: no 30 s grace
+    handle.thread.join(10)
+    assert not handle.thread.is_alive() and time.monotonic() - t0 < 5
+    back = sync_queue.get(job.id)
+    assert (back.state, back.attempts) == (JobState.WAITING, 1)
