@@ -30,7 +30,8 @@ end
 
 -- Events are capped at about `maxlen`, except that while readers are
 -- registered in `consumers` (name -> last stream id read) nothing they have
--- not read is trimmed: then the stream is trimmed up to the slowest reader.
+-- not read is trimmed: past `maxlen` the stream is then trimmed only up to
+-- the slowest reader.
 local function stream_before(a, b)
   local a_ms, a_seq = string.match(a, '^(%d+)-(%d+)$')
   local b_ms, b_seq = string.match(b, '^(%d+)-(%d+)$')
@@ -57,7 +58,9 @@ local function emit(events, maxlen, ...)
   local floor = reader_floor(events)
   if floor then
     redis.call('XADD', events, '*', ...)
-    redis.call('XTRIM', events, 'MINID', '~', floor)
+    if redis.call('XLEN', events) > tonumber(maxlen) then
+      redis.call('XTRIM', events, 'MINID', '~', floor)
+    end
   else
     redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', ...)
   end
