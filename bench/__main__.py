@@ -1,0 +1,227 @@
+"""`make bench`: Conveyor against the peers and Redis's ceiling, on private Redis servers.
+
+    .venv/bin/python -m bench                          # everything, 3 reps (about 40 min here)
+    .venv/bin/python -m bench --quick                  # small N, 1 rep
+    .venv/bin/python -m bench --systems conveyor,huey --scenarios process_1proc --reps 5
+
+Writes bench/results/latest.json, latest.md and latest.png (see bench/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import report
+from bench.systems import (
+    PEER_VENV,
+    PEERS,
+    REDIS,
+    RESULTS,
+    ROOT,
+    SCENARIOS,
+    SYSTEMS,
+    applies,
+    python_for,
+    subprocess_env,
+)
+from bench.venv import ensure_peer_venv, versions
+from conveyor.integrations.embedded import RedisProcess, find_redis_server
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    p.add_argument("--n", type=int, default=10_000, help="jobs per enqueue/process/memory run")
+    p.add_argument("--bulk-n", type=int, default=100_000, help="jobs per enqueue_bulk run")
+    p.add_argument("--lat-n", type=int, default=1_000, help="jobs per latency run")
+    p.add_argument("--rate", type=float, default=200.0, help="latency: jobs/s sent")
+    p.add_argument("--ceiling-n", type=int, default=50_000, help="redis-benchmark requests")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated")
+    p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated")
+    p.add_argument("--quick", action="store_true", help="N=2000, bulk 20000, 300 latency jobs")
+    p.add_argument("--timeout", type=float, default=180.0, help="seconds for a backlog to drain")
+    p.add_argument("--out", default=str(RESULTS), help="directory for latest.{json,md,png}")
+    p.add_argument("--no-install", action="store_true", help="never create/update .venv-bench")
+    p.add_argument("--seed", type=int, default=None, help="shuffle seed")
+    p.add_argument("--redis-server", default=None, help="redis-server binary (default: PATH)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.n, args.bulk_n, args.lat_n, args.ceiling_n = 2_000, 20_000, 300, 10_000
+        args.reps = 1 if "--reps" not in (argv or sys.argv) else args.reps
+    args.systems = _names(args.systems, SYSTEMS, "system")
+    args.scenarios = _names(args.scenarios, SCENARIOS, "scenario")
+    return args
+
+
+def _names(text: str, known: tuple[str, ...], what: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [x for x in names if x not in known]
+    if unknown:
+        raise SystemExit(f"unknown {what}(s) {unknown}; known: {', '.join(known)}")
+    return names
+
+
+def scenario_n(args: argparse.Namespace, scenario: str) -> int:
+    return {"enqueue_bulk": args.bulk_n, "latency": args.lat_n}.get(scenario, args.n)
+
+
+class Harness:
+    def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
+        self.args = args
+        self.workdir = workdir
+        self.pidfile = workdir / "worker-pids"
+        self.logdir = workdir / "logs"
+        self.logdir.mkdir(parents=True)
+        binary = args.redis_server or find_redis_server()
+        self.queue_server = RedisProcess(binary=binary, data_dir=workdir / "queue-redis")
+        self.mark_server = RedisProcess(binary=binary, data_dir=workdir / "mark-redis")
+
+    def __enter__(self) -> Harness:
+        self.queue_server.start()
+        self.mark_server.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill_leftovers()
+        self.queue_server.stop()
+        self.mark_server.stop()
+
+    def kill_leftovers(self) -> None:
+        """Worker process groups a driver started and could not stop (it was killed)."""
+        if not self.pidfile.exists():
+            return
+        for line in self.pidfile.read_text().split():
+            with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
+                os.killpg(int(line), signal.SIGKILL)
+        self.pidfile.unlink()
+
+    def run(self, system: str, scenario: str) -> dict[str, Any]:
+        a = self.args
+        python = python_for(system)
+        module = {"redis": ""}.get(system, f"bench.{_module_tail(system)}")
+        cmd = [
+            str(python), "-m", "bench.driver", "--system", system, "--module", module,
+            "--scenario", scenario, "--n", str(scenario_n(a, scenario)),
+            "--lat-n", str(a.lat_n), "--rate", str(a.rate), "--ceiling-n", str(a.ceiling_n),
+            "--queue-url", self.queue_server.url, "--mark-url", self.mark_server.url,
+            "--timeout", str(a.timeout), "--pidfile", str(self.pidfile),
+            "--logdir", str(self.logdir),
+        ]  # fmt: skip
+        env = subprocess_env(self.queue_server.url, self.mark_server.url, python)
+        err = self.logdir / f"driver-{system}-{scenario}.err"
+        limit = a.timeout * 2 + 600
+        with open(err, "ab") as stderr:
+            proc = subprocess.Popen(
+                cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=stderr,
+                start_new_session=True,
+            )  # fmt: skip
+            try:
+                out, _ = proc.communicate(timeout=limit)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    out, _ = proc.communicate(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    out, _ = proc.communicate()
+                self.kill_leftovers()
+                return {"error": f"the driver did not finish within {limit:.0f} s"}
+        for line in reversed(out.decode("utf-8", "replace").splitlines()):
+            if line.startswith("BENCH-RESULT "):
+                result: dict[str, Any] = json.loads(line[len("BENCH-RESULT ") :])
+                return result
+        tail = err.read_text("utf-8", "replace").splitlines()[-10:]
+        return {"error": f"the driver exited with {proc.returncode}: " + " | ".join(tail)}
+
+
+def _module_tail(system: str) -> str:
+    return "conveyor_adapter" if system == "conveyor" else f"peers.{system}_peer"
+
+
+def source_state() -> dict[str, str]:
+    """Which Conveyor was measured: the commit, and a digest of uncommitted changes to src/."""
+
+    def git(*cmd: str) -> str:
+        done = subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, check=False)
+        return done.stdout.decode("utf-8", "replace").strip()
+
+    diff = git("diff", "HEAD", "--", "src")
+    state = {"commit": git("rev-parse", "--short", "HEAD")}
+    if diff:
+        state["uncommitted_src_diff_sha256"] = hashlib.sha256(diff.encode()).hexdigest()[:12]
+    return state
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    systems: list[str] = args.systems
+    scenarios: list[str] = args.scenarios
+    peers = [s for s in systems if s in PEERS]
+    venv_error = ensure_peer_venv(install=not args.no_install) if peers else None
+    if venv_error:
+        print(f"peers' venv unusable: {venv_error}", file=sys.stderr)
+    rng = random.Random(args.seed)
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    started = time.time()
+    source_at_start = source_state()
+    workdir = Path(tempfile.mkdtemp(prefix="conveyor-bench-"))
+    print(f"bench: work dir {workdir}; systems {systems}; scenarios {scenarios}", flush=True)
+    with Harness(args, workdir) as harness:
+        print(f"bench: queue Redis {harness.queue_server.url}, marks {harness.mark_server.url}")
+        for rep in range(args.reps):
+            for scenario in scenarios:
+                order = [REDIS] if scenario == "ceiling" else list(systems)
+                rng.shuffle(order)
+                for system in order:
+                    if applies(system, scenario) is not None:
+                        continue
+                    t = time.monotonic()
+                    if system in PEERS and venv_error:
+                        result = {"error": f"peers' venv unusable: {venv_error}"}
+                    else:
+                        result = harness.run(system, scenario)
+                    result["rep"] = rep
+                    runs.setdefault((system, scenario), []).append(result)
+                    print(
+                        f"rep {rep + 1}/{args.reps} {scenario:<21} {system:<9} "
+                        f"{report.brief(result)}  ({time.monotonic() - t:.1f} s)",
+                        flush=True,
+                    )
+    meta = {
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "duration_s": round(time.time() - started, 1),
+        "reps": args.reps,
+        "n": args.n,
+        "bulk_n": args.bulk_n,
+        "lat_n": args.lat_n,
+        "rate": args.rate,
+        "ceiling_n": args.ceiling_n,
+        "cpus": os.cpu_count(),
+        "load_average_at_end": list(os.getloadavg()),
+        "python": sys.version.split()[0],
+        "versions": versions(peers, venv_error is None),
+        "conveyor_source": {"at_start": source_at_start, "at_end": source_state()},
+        "peer_venv": str(PEER_VENV.relative_to(ROOT)),
+        "work_dir": str(workdir),
+    }
+    out = Path(args.out)
+    paths = report.write(out, runs, systems, scenarios, meta)
+    print(Path(paths["md"]).read_text())
+    print("bench: wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,409 @@
+"""Run one scenario of one system, in that system's interpreter, and print its result.
+
+    python -m bench.driver --system huey --scenario process_1proc --n 10000 \\
+        --queue-url redis://127.0.0.1:PORT/0 --mark-url redis://127.0.0.1:PORT2/0 ...
+
+The last stdout line is `BENCH-RESULT <json>`. The queue server is the one the
+library uses; the mark server only receives the jobs' marks (bench/mark.py) and
+the harness's polling, so the queue server's statistics are the library's alone.
+Both are private servers of the harness: this process flushes them freely.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import inspect
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import redis
+
+from bench.stats import percentile
+from bench.systems import ROOT, subprocess_env
+
+POLL = 0.01
+WARM_JOBS = 20
+PAYLOAD_100 = "x" * 100
+
+
+async def maybe(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+class Ctx:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.system: str = args.system
+        self.n: int = args.n
+        self.queue_url: str = args.queue_url
+        self.mark_url: str = args.mark_url
+        self.qr = redis.Redis.from_url(args.queue_url)
+        self.mr = redis.Redis.from_url(args.mark_url)
+        self.python = Path(sys.executable)
+        self.env = subprocess_env(args.queue_url, args.mark_url, self.python)
+        os.environ.update({k: self.env[k] for k in ("BENCH_REDIS_URL", "BENCH_MARK_URL")})
+        self.logdir = Path(args.logdir)
+        self.workers: list[tuple[subprocess.Popen[bytes], Path]] = []
+        self.adapter: ModuleType | None = None
+
+    def load(self) -> ModuleType:
+        if self.adapter is None:
+            self.adapter = importlib.import_module(self.args.module)
+        return self.adapter
+
+    def flush(self) -> None:
+        self.qr.flushall()
+        self.mr.flushall()
+
+    # --- workers -------------------------------------------------------------
+
+    def spawn(self, tag: str) -> None:
+        cmd = self.load().worker_command(str(self.python))
+        log = self.logdir / f"{self.system}-{self.args.scenario}-{tag}-{os.getpid()}.log"
+        with open(log, "wb") as out:
+            out.write(("$ " + " ".join(cmd) + "\n").encode())
+            out.flush()
+            proc = subprocess.Popen(
+                cmd,
+                cwd=ROOT,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        if self.args.pidfile:
+            with open(self.args.pidfile, "a") as f:
+                f.write(f"{proc.pid}\n")
+        self.workers.append((proc, log))
+
+    def stop_workers(self) -> None:
+        for proc, _ in self.workers:
+            _signal_group(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for proc, _ in self.workers:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            _signal_group(proc.pid, signal.SIGKILL)  # children left behind (dramatiq, taskiq)
+            proc.wait()
+        self.workers = []
+
+    def log_tail(self) -> str:
+        parts = []
+        for _, log in self.workers:
+            lines = log.read_text("utf-8", "replace").splitlines()[-15:]
+            parts.append(f"--- {log.name}\n" + "\n".join(lines))
+        return "\n".join(parts)
+
+    def wait_done(self, target: int, timeout: float) -> float:
+        """Poll the mark server until `target` jobs ran; the time seen."""
+        deadline = time.monotonic() + timeout
+        while True:
+            done = int(self.mr.get("bench:done") or 0)
+            if done >= target:
+                return time.time()
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{done} of {target} jobs ran within {timeout:.0f} s\n{self.log_tail()}"
+                )
+            if self.workers and all(p.poll() is not None for p, _ in self.workers):
+                raise RuntimeError(f"the worker exited; {done} of {target} ran\n{self.log_tail()}")
+            time.sleep(POLL)
+
+    # --- the queue server --------------------------------------------------------
+
+    def server_stats(self) -> dict[str, Any]:
+        cpu = self.qr.info("cpu")
+        commands = self.qr.info("commandstats")
+        calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in commands.items()}
+        return {
+            "cpu": float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]),
+            "calls": calls,
+        }
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def cost_per_job(before: dict[str, Any], after: dict[str, Any], n: int) -> dict[str, Any]:
+    """Redis server CPU and commands per job between two snapshots.
+
+    Commands run inside scripts are counted too (Redis 7 counts them)."""
+    calls = {
+        k: after["calls"].get(k, 0) - before["calls"].get(k, 0)
+        for k in after["calls"]
+        if after["calls"].get(k, 0) - before["calls"].get(k, 0) > 0
+    }
+    top = sorted(calls.items(), key=lambda kv: -kv[1])[:8]
+    return {
+        "redis_cpu_us_per_job": round((after["cpu"] - before["cpu"]) / n * 1e6, 2),
+        "redis_commands_per_job": round(sum(calls.values()) / n, 2),
+        "scripts_per_job": round((calls.get("evalsha", 0) + calls.get("eval", 0)) / n, 3),
+        "top_commands_per_job": {k: round(v / n, 3) for k, v in top},
+    }
+
+
+# --- scenarios ----------------------------------------------------------------------
+
+
+async def open_client(ctx: Ctx) -> Any:
+    """A fresh client, warmed with one enqueue; both servers flushed after it
+    (then `after_flush()`, where the adapter has one, restores what a producer's
+    start-up normally leaves in Redis)."""
+    ctx.flush()
+    client = ctx.load().Client(ctx.queue_url)
+    await maybe(client.open())
+    await maybe(client.enqueue(0.0))
+    if hasattr(client, "aenqueue"):
+        await client.aenqueue(0.0)
+    ctx.flush()
+    if hasattr(client, "after_flush"):
+        await maybe(client.after_flush())
+    return client
+
+
+async def enqueue_loop(fn: Any, args: list[Any]) -> list[Any]:
+    if inspect.iscoroutinefunction(fn):
+        return [await fn(a) for a in args]
+    return [fn(a) for a in args]
+
+
+async def fill(client: Any, args: list[Any]) -> None:
+    """Put jobs in the queue the fastest way the library has (not timed)."""
+    if hasattr(client, "bulk"):
+        await maybe(client.bulk(args))
+    else:
+        await enqueue_loop(client.enqueue, args)
+
+
+async def enqueue_single(ctx: Ctx, *, use_async: bool = False) -> dict[str, Any]:
+    client = await open_client(ctx)
+    fn = client.aenqueue if use_async else client.enqueue
+    args = [0.0] * ctx.n
+    start = time.perf_counter()
+    await enqueue_loop(fn, args)
+    elapsed = time.perf_counter() - start
+    await maybe(client.close())
+    if ctx.qr.dbsize() == 0:
+        raise RuntimeError("nothing reached Redis")
+    api = "async" if inspect.iscoroutinefunction(fn) else "sync"
+    return {"jobs_per_s": ctx.n / elapsed, "seconds": elapsed, "api": api}
+
+
+async def enqueue_single_async(ctx: Ctx) -> dict[str, Any]:
+    return await enqueue_single(ctx, use_async=True)
+
+
+async def enqueue_bulk(ctx: Ctx) -> dict[str, Any]:
+    client = await open_client(ctx)
+    if not hasattr(client, "bulk"):
+        raise RuntimeError("no bulk API")
+    args = [0.0] * ctx.n
+    start = time.perf_counter()
+    await maybe(client.bulk(args))
+    elapsed = time.perf_counter() - start
+    await maybe(client.close())
+    return {"jobs_per_s": ctx.n / elapsed, "seconds": elapsed, "api": ctx.load().BULK}
+
+
+async def process(ctx: Ctx, procs: int) -> dict[str, Any]:
+    client = await open_client(ctx)
+    await fill(client, [0.0] * ctx.n)
+    await maybe(client.close())
+    ctx.mr.flushall()
+    if int(ctx.qr.dbsize()) == 0:
+        raise RuntimeError("the backlog did not reach Redis")
+    before = ctx.server_stats()
+    spawned = time.time()
+    try:
+        for i in range(procs):
+            ctx.spawn(f"w{i}")
+        all_done = await asyncio.to_thread(ctx.wait_done, ctx.n, ctx.args.timeout)
+        after = ctx.server_stats()
+        firsts = [float(v) for v in ctx.mr.hvals("bench:first")]
+        lasts = [float(v) for v in ctx.mr.hvals("bench:last")]
+    finally:
+        ctx.stop_workers()
+    first, last = min(firsts), max(lasts)
+    return {
+        "jobs_per_s": ctx.n / max(last - first, 1e-9),
+        "seconds": last - first,
+        "jobs_per_s_incl_startup": ctx.n / (all_done - spawned),
+        "startup_s": first - spawned,
+        "worker_processes_that_ran_jobs": len(firsts),
+        **cost_per_job(before, after, ctx.n),
+    }
+
+
+async def process_1proc(ctx: Ctx) -> dict[str, Any]:
+    return await process(ctx, 1)
+
+
+async def process_2proc(ctx: Ctx) -> dict[str, Any]:
+    return await process(ctx, 2)
+
+
+class CompletionWatcher(threading.Thread):
+    """Follows a system's events stream and notes when each `completed` event arrives."""
+
+    def __init__(self, url: str, spec: tuple[str, bytes, bytes, bytes]) -> None:
+        super().__init__(daemon=True, name="bench-completion")
+        self.client = redis.Redis.from_url(url)
+        self.key, self.field, self.value, self.id_field = spec
+        self.seen: dict[str, float] = {}
+        self.stop = threading.Event()
+        last = self.client.xrevrange(self.key, count=1)
+        self.after = last[0][0] if last else b"0-0"
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            reply = self.client.xread({self.key: self.after}, count=1000, block=200)
+            now = time.time()
+            for _, entries in reply or []:
+                for entry_id, fields in entries:
+                    self.after = entry_id
+                    if fields.get(self.field) == self.value:
+                        job_id = fields.get(self.id_field, b"").decode()
+                        self.seen.setdefault(job_id, now)
+
+
+async def latency(ctx: Ctx) -> dict[str, Any]:
+    lat_n, rate = ctx.args.lat_n, ctx.args.rate
+    client = await open_client(ctx)
+    fn = client.enqueue
+    is_async = inspect.iscoroutinefunction(fn)
+    try:
+        ctx.spawn("w0")
+        await enqueue_loop(fn, [0.0] * WARM_JOBS)
+        await asyncio.to_thread(ctx.wait_done, WARM_JOBS, ctx.args.timeout)
+        await asyncio.sleep(1.0)  # idle: the worker is waiting for work
+        spec = ctx.load().COMPLETION_STREAM
+        watcher = CompletionWatcher(ctx.queue_url, spec) if spec else None
+        if watcher:
+            watcher.start()
+        sent: dict[str, float] = {}
+        start = time.perf_counter()
+        for i in range(lat_n):
+            wait = start + i / rate - time.perf_counter()
+            if wait > 0:
+                if is_async:
+                    await asyncio.sleep(wait)
+                else:
+                    time.sleep(wait)
+            t0 = time.time()
+            job_id = await fn(t0) if is_async else fn(t0)
+            if job_id is not None:
+                sent[str(job_id)] = t0
+        sending = time.perf_counter() - start
+        await asyncio.to_thread(ctx.wait_done, WARM_JOBS + lat_n, ctx.args.timeout)
+        if watcher:
+            deadline = time.monotonic() + 5
+            while len(watcher.seen) < lat_n and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            watcher.stop.set()
+        pairs = [item.split() for item in ctx.mr.lrange("bench:lat", 0, -1)]
+    finally:
+        ctx.stop_workers()
+        await maybe(client.close())
+    to_start = sorted((float(s) - float(t0)) * 1000 for t0, s in pairs)
+    result: dict[str, Any] = {
+        "p50_ms": percentile(to_start, 50),
+        "p99_ms": percentile(to_start, 99),
+        "max_ms": to_start[-1],
+        "samples": len(to_start),
+        "sent_per_s": lat_n / sending,
+        "complete_p50_ms": None,
+        "complete_p99_ms": None,
+    }
+    if watcher:
+        done = sorted((watcher.seen[j] - t0) * 1000 for j, t0 in sent.items() if j in watcher.seen)
+        if done:
+            result["complete_p50_ms"] = percentile(done, 50)
+            result["complete_p99_ms"] = percentile(done, 99)
+            result["complete_samples"] = len(done)
+    return result
+
+
+async def redis_memory(ctx: Ctx) -> dict[str, Any]:
+    client = await open_client(ctx)
+    ctx.qr.execute_command("MEMORY", "PURGE")
+    before = int(ctx.qr.info("memory")["used_memory"])
+    await fill(client, [PAYLOAD_100] * ctx.n)
+    after = int(ctx.qr.info("memory")["used_memory"])
+    keys = int(ctx.qr.dbsize())
+    await maybe(client.close())
+    return {
+        "bytes_per_job": (after - before) / ctx.n,
+        "keys_per_job": round(keys / ctx.n, 3),
+        "per_job_state": bool(ctx.load().PER_JOB_STATE),
+    }
+
+
+async def ceiling(ctx: Ctx) -> dict[str, Any]:
+    from bench.ceiling import run_ceiling
+
+    return await asyncio.to_thread(run_ceiling, ctx.queue_url, ctx.args)
+
+
+SCENARIOS = {
+    "enqueue_single": enqueue_single,
+    "enqueue_single_async": enqueue_single_async,
+    "enqueue_bulk": enqueue_bulk,
+    "process_1proc": process_1proc,
+    "process_2proc": process_2proc,
+    "latency": latency,
+    "redis_memory": redis_memory,
+    "ceiling": ceiling,
+}
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.driver")
+    p.add_argument("--system", required=True)
+    p.add_argument("--module", default="")
+    p.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
+    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--lat-n", type=int, default=1000)
+    p.add_argument("--rate", type=float, default=200.0)
+    p.add_argument("--ceiling-n", type=int, default=100_000)
+    p.add_argument("--claim-count", type=int, default=100)
+    p.add_argument("--queue-url", required=True)
+    p.add_argument("--mark-url", required=True)
+    p.add_argument("--timeout", type=float, default=180.0)
+    p.add_argument("--pidfile", default="")
+    p.add_argument("--logdir", required=True)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    ctx = Ctx(args)
+    # SIGTERM from the orchestrator (its timeout): stop the workers on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        result = asyncio.run(SCENARIOS[args.scenario](ctx))
+    except Exception as exc:
+        traceback.print_exc()
+        message = f"{type(exc).__name__}: {exc}".strip()
+        result = {"error": message[:2000]}
+    finally:
+        ctx.stop_workers()
+    print("BENCH-RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""The job-side marker shared by every system (Conveyor and the peers).
+
+Every benchmark job calls `mark(arg)` and nothing else. The marker keeps the
+count and the time of each job start in process memory; a daemon thread
+flushes them every 5 ms to the *mark* Redis (BENCH_MARK_URL), a second
+private server, so jobs pay no round trip and the queue's own Redis sees only
+the library's traffic. When `arg` is a positive float it is the enqueue time
+(time.time() taken just before the enqueue call): the start latency is then
+recorded too.
+
+Keys on the mark server:
+  bench:done          count of jobs started (INCRBY per flush)
+  bench:first         hash pid -> time of the first job start in that process
+  bench:last          hash pid -> time of the latest job start in that process
+  bench:lat           list of "t0 start" pairs (latency runs only)
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+from typing import Any
+
+import redis
+
+FLUSH_EVERY = 0.005
+
+_pending: collections.deque[tuple[float, float]] = collections.deque()
+_lock = threading.Lock()
+_owner_pid = 0  # the process whose flusher thread runs (fork-safe restart)
+
+
+def mark(arg: Any = None) -> None:
+    """Record one job start; `arg` is the enqueue time (a float) or a payload."""
+    now = time.time()
+    t0 = arg if isinstance(arg, float) else 0.0
+    _pending.append((now, t0))
+    if _owner_pid != os.getpid():
+        _start()
+
+
+def _start() -> None:
+    global _owner_pid
+    with _lock:
+        if _owner_pid == os.getpid():
+            return
+        _owner_pid = os.getpid()
+        thread = threading.Thread(target=_flush_forever, name="bench-mark", daemon=True)
+        thread.start()
+
+
+def _flush_forever() -> None:
+    pid = str(os.getpid())
+    client = redis.Redis.from_url(os.environ["BENCH_MARK_URL"])
+    first_sent = False
+    while True:
+        time.sleep(FLUSH_EVERY)
+        batch = []
+        while _pending:
+            batch.append(_pending.popleft())
+        if not batch:
+            continue
+        pipe = client.pipeline(transaction=False)
+        starts = [start for start, _ in batch]
+        if not first_sent:
+            pipe.hset("bench:first", pid, repr(min(starts)))
+            first_sent = True
+        pipe.hset("bench:last", pid, repr(max(starts)))
+        lat = [f"{t0!r} {start!r}" for start, t0 in batch if t0 > 0]
+        if lat:
+            pipe.rpush("bench:lat", *lat)
+        pipe.incrby("bench:done", len(batch))
+        try:
+            pipe.execute()
+        except redis.RedisError:
+            # the harness stopped the server: nothing more to record
+            for item in reversed(batch):
+                _pending.appendleft(item)
+            time.sleep(0.1)

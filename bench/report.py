@@ -1,0 +1,375 @@
+"""Turn the per-rep results into latest.json, latest.md and latest.png."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from bench.stats import median
+from bench.systems import (
+    HAS_BULK,
+    PEERS,
+    PER_JOB_STATE,
+    REDIS,
+    ROOT,
+    SUBJECT,
+    applies,
+)
+from bench.venv import peer_python
+
+FIELDS = ("jobs_per_s", "p50_ms", "p99_ms", "bytes_per_job")
+EXTRA = ("complete_p50_ms", "complete_p99_ms")
+BULK_TARGET = 50_000.0
+
+
+def brief(result: dict[str, Any]) -> str:
+    if "error" in result:
+        return "ERROR " + result["error"].splitlines()[0][:150]
+    parts = []
+    if result.get("jobs_per_s") is not None:
+        parts.append(f"{result['jobs_per_s']:,.0f} jobs/s")
+    if result.get("p50_ms") is not None:
+        parts.append(f"p50 {result['p50_ms']:.2f} ms p99 {result['p99_ms']:.2f} ms")
+    if result.get("complete_p50_ms") is not None:
+        parts.append(f"complete p50 {result['complete_p50_ms']:.2f} ms")
+    if result.get("bytes_per_job") is not None:
+        parts.append(f"{result['bytes_per_job']:,.0f} B/job")
+    return ", ".join(parts)
+
+
+def _med(runs: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in runs if r.get(key) is not None and "error" not in r]
+    return median(values) if values else None
+
+
+def record(system: str, scenario: str, runs: list[dict[str, Any]] | None) -> dict[str, Any]:
+    rec: dict[str, Any] = {"system": system, "scenario": scenario}
+    for key in FIELDS:
+        rec[key] = None
+    rec["runs"] = runs or []
+    reason = applies(system, scenario)
+    if reason is not None:
+        rec["note"] = f"not applicable: {reason}"
+        return rec
+    if not runs:
+        rec["note"] = "not run"
+        return rec
+    for key in FIELDS:
+        rec[key] = _med(runs, key)
+    if scenario == "latency":
+        for key in EXTRA:
+            rec[key] = _med(runs, key)
+    errors = [r["error"] for r in runs if "error" in r]
+    if errors:
+        rec["error"] = errors[0]
+        rec["failed_runs"] = len(errors)
+    apis = {r.get("api") for r in runs if r.get("api")}
+    if apis:
+        rec["api"] = ", ".join(sorted(apis))
+    return rec
+
+
+def per_rep(runs: dict[tuple[str, str], list[dict[str, Any]]], system: str, scenario: str,
+            key: str) -> dict[int, float]:  # fmt: skip
+    return {
+        r["rep"]: r[key]
+        for r in runs.get((system, scenario), [])
+        if "error" not in r and r.get(key) is not None
+    }
+
+
+def best_peer_ratios(
+    runs: dict[tuple[str, str], list[dict[str, Any]]],
+    scenario: str,
+    subject_scenario: str,
+    peers: list[str],
+) -> tuple[float | None, list[float], list[str]]:
+    """Median over reps of Conveyor / the fastest peer of that rep (higher is better)."""
+    mine = per_rep(runs, SUBJECT, subject_scenario, "jobs_per_s")
+    ratios, fastest = [], []
+    for rep, value in sorted(mine.items()):
+        peer_values = {p: per_rep(runs, p, scenario, "jobs_per_s").get(rep) for p in peers}
+        peer_values = {p: v for p, v in peer_values.items() if v}
+        if not peer_values:
+            continue
+        best = max(peer_values, key=lambda p: peer_values[p])
+        ratios.append(value / peer_values[best])
+        fastest.append(best)
+    return (median(ratios) if ratios else None), ratios, fastest
+
+
+def targets(
+    runs: dict[tuple[str, str], list[dict[str, Any]]],
+    records: dict[tuple[str, str], dict[str, Any]],
+    peers: list[str],
+) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+
+    def add(name: str, goal: str, value: float | None, holds: bool | None, **more: Any) -> None:
+        out.append({"target": name, "goal": goal, "measured": value, "holds": holds, **more})
+
+    for scenario in ("process_1proc", "process_2proc"):
+        ratio, per, fastest = best_peer_ratios(runs, scenario, scenario, peers)
+        add(scenario, ">= 3x the fastest peer (median of per-rep ratios)", ratio,
+            None if ratio is None else ratio >= 3, per_rep=per, fastest_peer=fastest)  # fmt: skip
+    for mine, label in (("enqueue_single", "sync"), ("enqueue_single_async", "async")):
+        ratio, per, fastest = best_peer_ratios(runs, "enqueue_single", mine, peers)
+        add(f"enqueue_single ({label})", ">= 1x the fastest peer's enqueue_single", ratio,
+            None if ratio is None else ratio >= 1, per_rep=per, fastest_peer=fastest)  # fmt: skip
+        if label == "async":
+            async_peers = [p for p in peers if p in ("arq", "saq", "taskiq", "bullmq")]
+            ratio, per, fastest = best_peer_ratios(runs, "enqueue_single", mine, async_peers)
+            add("enqueue_single (async) vs asyncio-only peers", "(for information)", ratio, None,
+                per_rep=per, fastest_peer=fastest)  # fmt: skip
+    bulk = records.get((SUBJECT, "enqueue_bulk"), {}).get("jobs_per_s")
+    add("enqueue_bulk", ">= 50,000 jobs/s", bulk, None if bulk is None else bulk >= BULK_TARGET)
+    lat = records.get((SUBJECT, "latency"), {})
+    p50, p99 = lat.get("p50_ms"), lat.get("p99_ms")
+    add("latency p50 (enqueue to start)", "<= 1 ms", p50, None if p50 is None else p50 <= 1)
+    add("latency p99 (enqueue to start)", "<= 5 ms", p99, None if p99 is None else p99 <= 5)
+    mem = records.get((SUBJECT, "redis_memory"), {}).get("bytes_per_job")
+    stateful = {
+        p: records.get((p, "redis_memory"), {}).get("bytes_per_job")
+        for p in peers
+        if p in PER_JOB_STATE
+    }
+    stateful = {p: v for p, v in stateful.items() if v is not None}
+    if mem is not None and stateful:
+        low = min(stateful, key=lambda p: stateful[p])
+        add("redis_memory", "<= the lowest peer that keeps per-job state", mem,
+            mem <= stateful[low], lowest_peer=low, lowest_peer_bytes=stateful[low])  # fmt: skip
+    else:
+        add("redis_memory", "<= the lowest peer that keeps per-job state", mem, None)
+    ceiling = records.get((REDIS, "ceiling"), {}).get("jobs_per_s")
+    own = records.get((SUBJECT, "process_1proc"), {}).get("jobs_per_s")
+    if ceiling and own:
+        add("process_1proc vs Redis ceiling", "(for information: share of what Redis allows)",
+            own / ceiling, None, ceiling_jobs_per_s=ceiling)  # fmt: skip
+    return out
+
+
+# --- markdown ----------------------------------------------------------------------
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "–"
+    return f"{value:,.{digits}f}"
+
+
+def _range(runs: list[dict[str, Any]], key: str, digits: int = 0) -> str:
+    values = [r[key] for r in runs if "error" not in r and r.get(key) is not None]
+    if len(values) < 2:
+        return ""
+    return f" ({_num(min(values), digits)}–{_num(max(values), digits)})"
+
+
+def _cell(rec: dict[str, Any], key: str, digits: int = 0) -> str:
+    if rec.get(key) is None:
+        if rec.get("error"):
+            return "**error**"
+        return "–"
+    text = _num(rec[key], digits) + _range(rec["runs"], key, digits)
+    if rec.get("error"):
+        text += f" ({rec['failed_runs']} failed)"
+    return text
+
+
+def markdown(
+    records: dict[tuple[str, str], dict[str, Any]],
+    goals: list[dict[str, Any]],
+    systems: list[str],
+    meta: dict[str, Any],
+) -> str:
+    lines = [
+        "# Benchmark results (latest run)",
+        "",
+        f"Started {meta['started_at']}, {meta['reps']} rep(s), took {meta['duration_s']:.0f} s; "
+        f"N = {meta['n']:,} (bulk {meta['bulk_n']:,}, latency {meta['lat_n']:,} jobs at "
+        f"{meta['rate']:.0f}/s); {meta['cpus']} CPUs, load average at the end "
+        f"{', '.join(f'{x:.1f}' for x in meta['load_average_at_end'])}.",
+        "Medians over reps, (min–max) when there was more than one. Method: bench/README.md.",
+        "",
+        "| system | enqueue_single jobs/s | enqueue_single_async jobs/s | enqueue_bulk jobs/s "
+        "| process_1proc jobs/s | process_2proc jobs/s | latency p50 / p99 ms (to start) "
+        "| to complete p50 / p99 ms | redis_memory bytes/job |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for system in systems:
+        r = {sc: records.get((system, sc), {"runs": []}) for sc in (
+            "enqueue_single", "enqueue_single_async", "enqueue_bulk", "process_1proc",
+            "process_2proc", "latency", "redis_memory")}  # fmt: skip
+        single = _cell(r["enqueue_single"], "jobs_per_s")
+        if r["enqueue_single"].get("api") == "async":
+            single += " (async)"
+        lat = r["latency"]
+        latency = (
+            "**error**" if lat.get("p50_ms") is None and lat.get("error")
+            else f"{_num(lat.get('p50_ms'), 2)} / {_num(lat.get('p99_ms'), 2)}"
+        )  # fmt: skip
+        complete = f"{_num(lat.get('complete_p50_ms'), 2)} / {_num(lat.get('complete_p99_ms'), 2)}"
+        if lat.get("complete_p50_ms") is None:
+            complete = "–"
+        bulk = _cell(r["enqueue_bulk"], "jobs_per_s")
+        if system in HAS_BULK and r["enqueue_bulk"].get("jobs_per_s") is not None:
+            bulk += f" (`{HAS_BULK[system]}`)"
+        memory = _cell(r["redis_memory"], "bytes_per_job")
+        if system in PER_JOB_STATE:
+            memory += " ¹"
+        lines.append(
+            f"| {'**conveyor**' if system == SUBJECT else system} | {single} | "
+            f"{_cell(r['enqueue_single_async'], 'jobs_per_s')} | {bulk} | "
+            f"{_cell(r['process_1proc'], 'jobs_per_s')} | "
+            f"{_cell(r['process_2proc'], 'jobs_per_s')} | {latency} | {complete} | {memory} |"
+        )
+    lines += [
+        "",
+        "¹ keeps a record per job in Redis (status, attempts): the group the memory target "
+        'compares with. "(async)": the library has only an asyncio API. To complete: when the '
+        "job's `completed` event is seen on its events stream (only Conveyor and BullMQ publish "
+        "one per job).",
+        "",
+        "## Targets (ratios within each rep, then the median)",
+        "",
+        "| target | goal | measured | holds | per rep |",
+        "|---|---|---|---|---|",
+    ]
+    for g in goals:
+        value = g["measured"]
+        if value is None:
+            shown = "–"
+        elif g["target"].startswith(("process_", "enqueue_single")) or "share" in g["goal"]:
+            shown = f"{value:.2f}x"
+        elif "ms" in g["goal"]:
+            shown = f"{value:.2f} ms"
+        else:
+            shown = _num(value)
+        if g["target"] == "redis_memory" and g.get("lowest_peer"):
+            shown += f" vs {g['lowest_peer']} {g['lowest_peer_bytes']:,.0f}"
+        if g["target"].endswith("Redis ceiling") and g.get("ceiling_jobs_per_s"):
+            shown += f" of {g['ceiling_jobs_per_s']:,.0f} jobs/s"
+        holds = {True: "yes", False: "**no**", None: "–"}[g["holds"]]
+        per = ", ".join(
+            f"{x:.2f} ({p})" for x, p in zip(g.get("per_rep", []), g.get("fastest_peer", []),
+                                             strict=False)
+        )  # fmt: skip
+        lines.append(f"| {g['target']} | {g['goal']} | {shown} | {holds} | {per} |")
+    lines += _cost_table(records, systems)
+    lines += _ceiling_table(records.get((REDIS, "ceiling")))
+    errors = [rec for rec in records.values() if rec.get("error")]
+    if errors:
+        lines += ["", "## Errors", ""]
+        for rec in errors:
+            first = rec["error"].splitlines()[0][:300]
+            lines.append(
+                f"- {rec['system']} / {rec['scenario']} ({rec['failed_runs']} of "
+                f"{len(rec['runs'])} runs): {first}"
+            )
+    lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()), ""]
+    return "\n".join(lines)
+
+
+def _cost_table(records: dict[tuple[str, str], dict[str, Any]], systems: list[str]) -> list[str]:
+    lines = [
+        "",
+        "## Redis work per job while one worker drains the backlog (process_1proc)",
+        "",
+        "| system | Redis CPU µs/job | commands/job (in scripts too) | scripts/job "
+        "| top commands/job |",
+        "|---|---|---|---|---|",
+    ]
+    for system in systems:
+        runs = [r for r in records.get((system, "process_1proc"), {}).get("runs", [])
+                if "error" not in r and "redis_cpu_us_per_job" in r]  # fmt: skip
+        if not runs:
+            continue
+        last = runs[-1]
+        cpu = median([r["redis_cpu_us_per_job"] for r in runs])
+        cmds = median([r["redis_commands_per_job"] for r in runs])
+        scripts = median([r["scripts_per_job"] for r in runs])
+        top = ", ".join(f"{k} {v:g}" for k, v in list(last["top_commands_per_job"].items())[:6])
+        lines.append(f"| {system} | {cpu:.1f} | {cmds:.1f} | {scripts:.3f} | {top} |")
+    return lines
+
+
+def _ceiling_table(rec: dict[str, Any] | None) -> list[str]:
+    if not rec:
+        return []
+    runs = [r for r in rec["runs"] if "error" not in r]
+    if not runs:
+        return ["", "## Redis ceiling", "", f"error: {rec.get('error')}"]
+    details = [r["detail"] for r in runs]
+    lines = ["", "## Redis ceiling (redis-benchmark on the same server; medians)", ""]
+    modes = list(details[0]["commands"])
+    lines += ["| requests/s | " + " | ".join(details[0]["commands"][modes[0]]) + " |"]
+    lines += ["|---|" + "---|" * len(details[0]["commands"][modes[0]])]
+    for mode in modes:
+        cells = [
+            _num(median([d["commands"][mode][c] for d in details]))
+            for c in details[0]["commands"][mode]
+        ]
+        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    lines += ["", "| Conveyor script | jobs/s |", "|---|---|"]
+    for name, value in details[0]["scripts"].items():
+        if "jobs_per_s" in value:
+            lines.append(
+                f"| {name} | {_num(median([d['scripts'][name]['jobs_per_s'] for d in details]))} |"
+            )
+        else:
+            for mode in value:
+                cell = _num(median([d["scripts"][name][mode] for d in details]))
+                lines.append(f"| {name}, {mode} | {cell} |")
+    lines += ["", "| one redis-py connection | calls/s |", "|---|---|"]
+    for name in details[0]["redis_py"]:
+        lines.append(f"| {name} | {_num(median([d['redis_py'][name] for d in details]))} |")
+    lines += ["", "| what Redis allows | jobs/s |", "|---|---|"]
+    for name in details[0]["allowed_jobs_per_s"]:
+        value = median([d["allowed_jobs_per_s"][name] for d in details])
+        lines.append(f"| {name} | {_num(value)} |")
+    return lines
+
+
+def write(
+    out: Path,
+    runs: dict[tuple[str, str], list[dict[str, Any]]],
+    systems: list[str],
+    scenarios: list[str],
+    meta: dict[str, Any],
+) -> dict[str, str]:
+    out.mkdir(parents=True, exist_ok=True)
+    records: dict[tuple[str, str], dict[str, Any]] = {}
+    for system in [*systems, REDIS]:
+        for scenario in scenarios:
+            if system == REDIS and scenario != "ceiling":
+                continue
+            if scenario == "ceiling" and system != REDIS:
+                continue
+            records[(system, scenario)] = record(system, scenario, runs.get((system, scenario)))
+    peers = [s for s in systems if s in PEERS]
+    goals = targets(runs, records, peers)
+    doc = {"meta": meta, "targets": goals, "records": list(records.values())}
+    json_path = out / "latest.json"
+    json_path.write_text(json.dumps(doc, indent=1) + "\n")
+    md_path = out / "latest.md"
+    md_path.write_text(markdown(records, goals, systems, meta))
+    png_path = out / "latest.png"
+    _chart(json_path, png_path)
+    return {"json": str(json_path), "md": str(md_path), "png": str(png_path)}
+
+
+def _chart(json_path: Path, png_path: Path) -> None:
+    """matplotlib from the peers' venv when it is there, else the built-in PNG writer."""
+    python = peer_python()
+    if python.exists():
+        done = subprocess.run(
+            [str(python), "-m", "bench.chart", str(json_path), str(png_path)],
+            cwd=ROOT, capture_output=True, text=True, env={"PYTHONPATH": str(ROOT)},
+        )  # fmt: skip
+        if done.returncode == 0:
+            return
+        print(f"bench: matplotlib chart failed ({done.stderr.strip()[-300:]}); plain PNG instead")
+    from bench.chart import plain_chart
+
+    plain_chart(json.loads(json_path.read_text()), png_path)

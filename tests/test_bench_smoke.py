@@ -1,0 +1,73 @@
+"""The benchmark harness on a tiny N, so it cannot rot (`make bench` runs the real thing).
+
+Conveyor only, plus huey when the peers' venv (.venv-bench) is already there: the
+test never installs anything. Every scenario runs once, on the harness's own
+private redis-servers, and the records must have the documented shape.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+# bench/ lives at the repository root, next to tests/ (not an installed package)
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.__main__ import main  # noqa: E402
+from bench.systems import SCENARIOS  # noqa: E402
+from bench.venv import ensure_peer_venv  # noqa: E402
+
+FIELDS = {"system", "scenario", "jobs_per_s", "p50_ms", "p99_ms", "bytes_per_job", "runs"}
+
+
+@pytest.mark.timeout(90)
+def test_bench_runs_on_a_tiny_n(tmp_path: Path, redis_binary: str) -> None:
+    if shutil.which("redis-benchmark") is None:
+        pytest.fail("redis-benchmark is not on PATH (it comes with redis-server)")
+    systems = ["conveyor"]
+    if ensure_peer_venv(install=False) is None:
+        systems.append("huey")
+    out = tmp_path / "results"
+    argv = [
+        "--n", "200", "--bulk-n", "500", "--lat-n", "40", "--rate", "400",
+        "--ceiling-n", "2000", "--reps", "1", "--timeout", "30", "--no-install",
+        "--systems", ",".join(systems), "--out", str(out), "--redis-server", redis_binary,
+    ]  # fmt: skip
+    assert main(argv) == 0
+
+    doc = json.loads((out / "latest.json").read_text())
+    records = {(r["system"], r["scenario"]): r for r in doc["records"]}
+    for rec in doc["records"]:
+        assert set(rec) >= FIELDS, rec
+        assert "error" not in rec, rec["error"]
+    for scenario in SCENARIOS:
+        system = "redis" if scenario == "ceiling" else "conveyor"
+        assert (system, scenario) in records, scenario
+        assert len(records[(system, scenario)]["runs"]) == 1
+
+    def positive(system: str, scenario: str, key: str) -> None:
+        value = records[(system, scenario)][key]
+        assert isinstance(value, float | int) and value > 0, (system, scenario, key, value)
+
+    for scenario in ("enqueue_single", "enqueue_single_async", "enqueue_bulk", "process_1proc",
+                     "process_2proc"):  # fmt: skip
+        positive("conveyor", scenario, "jobs_per_s")
+    positive("conveyor", "latency", "p50_ms")
+    positive("conveyor", "latency", "p99_ms")
+    positive("conveyor", "latency", "complete_p50_ms")
+    positive("conveyor", "redis_memory", "bytes_per_job")
+    positive("redis", "ceiling", "jobs_per_s")
+    assert records[("conveyor", "latency")]["jobs_per_s"] is None  # does not apply
+    if "huey" in systems:
+        positive("huey", "process_1proc", "jobs_per_s")
+        assert records[("huey", "enqueue_bulk")]["jobs_per_s"] is None  # no bulk API
+        assert "not applicable" in records[("huey", "enqueue_bulk")]["note"]
+    assert {t["target"] for t in doc["targets"]} >= {"process_1proc", "enqueue_bulk"}
+    assert (out / "latest.md").read_text().startswith("# Benchmark results")
+    assert (out / "latest.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
