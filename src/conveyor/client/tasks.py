@@ -14,6 +14,7 @@ A handler takes the job's data (any JSON value) and returns a JSON result;
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ class Task(Generic[D, R]):
     defaults: EnqueueOptions = field(default_factory=lambda: EnqueueOptions())
     indexed: tuple[str, ...] = ()  # data fields the jobs are findable by (Queue.find)
 
-    @property
+    @functools.cached_property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
 

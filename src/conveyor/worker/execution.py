@@ -91,6 +91,8 @@ async def execute(running: Running, executor: Executor | None) -> Outcome:
         async with asyncio.timeout(running.timeout) as scope:
             running.scope = scope
             result = await _call(running, executor)
+        if result is None:  # the common case of handlers with nothing to return
+            return Success("null")
         return Success(serializers.dumps(result, what="the result"))
     except TimeoutError as exc:
         if running.ctx.lost:
