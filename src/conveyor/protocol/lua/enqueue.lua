@@ -101,6 +101,8 @@ local function replayed(job_key, j)
       or redis.call('HGET', base .. 'blocked:' .. j.id, 'req') == j.req
 end
 
+SEQ_BLOCK = math.max(1, math.floor((#ARGV - 2) / F))
+
 local out = {}
 for i = 3, #ARGV, F do
   local j = parse(i - 1)

@@ -5,11 +5,22 @@
 -- FIFO sequence numbers count up from 2^30, LIFO ones down from it, so one
 -- priority band holds both orders and every score stays exact.
 local HALF = 1073741824
+-- FIFO numbers are taken from the counter in blocks (SEQ_BLOCK, set by a
+-- caller that creates many jobs in one call): one HINCRBY per call, not per
+-- job. Gaps left by unused numbers are harmless: only the order matters.
+local SEQ_BLOCK = 1
+local seq_next, seq_last = 0, -1
 local function next_seq(meta, lifo)
   if lifo == '1' then
     return HALF - 1 - (redis.call('HINCRBY', meta, 'lifo_seq', 1) % HALF)
   end
-  return HALF + (redis.call('HINCRBY', meta, 'seq', 1) % HALF)
+  if seq_next > seq_last then
+    seq_last = redis.call('HINCRBY', meta, 'seq', SEQ_BLOCK)
+    seq_next = seq_last - SEQ_BLOCK + 1
+  end
+  local seq = seq_next
+  seq_next = seq_next + 1
+  return HALF + (seq % HALF)
 end
 
 -- The fields of a new record (`j`: task, data, priority, run_at, lifo,
@@ -64,7 +75,10 @@ local function create_job(job_key, j, now, Q, maxlen)
   else
     redis.call('ZADD', Q.ready, ready_score(j.priority, seq), j.id)
   end
-  wake(Q.marker)
+  if not Q.woken then  -- one wake-up per call is enough
+    wake(Q.marker)
+    Q.woken = true
+  end
   emit(Q.events, maxlen, 'event', 'created', 'id', j.id, 'state', state)
   return state
 end
