@@ -41,6 +41,14 @@ class Blocker:
         *keys, timeout = keys_and_timeout
         return await self._client.bzpopmin(keys, timeout)
 
+    async def bzpopmin_then(self, pop: tuple[Any, ...], sha: str, call: ops.Call) -> Any:
+        """BZPOPMIN and the script `call` in one write (the wire only, else None);
+        replies in order, error replies returned in place."""
+        if self._wire is None:
+            return None
+        evalsha = ("EVALSHA", sha, len(call.keys), *call.keys, *call.args)
+        return await self._wire.call_many([("BZPOPMIN", *pop), evalsha])
+
     async def close(self) -> None:
         if self._wire is not None:
             await self._wire.close()
