@@ -61,6 +61,7 @@ demo: venv
 
 bench: venv
 	$(PY) -m bench $(BENCH_ARGS)
+	$(PY) -m conveyor.integrations.spark.bench $(SPARK_BENCH_ARGS)
 
 chaos: venv
 	$(PY) -m chaos $(CHAOS_ARGS)
