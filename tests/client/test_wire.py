@@ -94,3 +94,36 @@ def test_errors_over_the_wire_become_conveyor_errors(server_factory: ServerFacto
         direct.config_set("maxmemory", 1_000_000)
         with pytest.raises(OutOfMemoryError):
             queue.enqueue("t", None)
+
+
+def test_a_lost_connection_fails_every_pipelined_caller_quietly(
+    server_factory: ServerFactory,
+) -> None:
+    server = server_factory()
+
+    async def main() -> list[object]:
+        wire = AsyncWire(_endpoint(server.url))
+        await wire.call("PING")
+        pending = asyncio.ensure_future(
+            wire.call_many([("BLPOP", "never", 5), ("PING",), ("PING",)])
+        )
+        await asyncio.sleep(0.1)
+        killer = redis.Redis.from_url(server.url)
+        killer.client_kill_filter(skipme=True)  # drop the wire's connection
+        killer.close()
+        with pytest.raises(rx.ConnectionError):
+            await pending
+        return await wire.call_many([("PING",)])  # and the next call reconnects
+
+    loop = asyncio.new_event_loop()
+    unretrieved: list[object] = []
+    loop.set_exception_handler(lambda _loop, context: unretrieved.append(context))
+    try:
+        assert loop.run_until_complete(main()) == [b"PONG"]
+        import gc
+
+        gc.collect()
+        loop.run_until_complete(asyncio.sleep(0))
+    finally:
+        loop.close()
+    assert unretrieved == []  # no "Future exception was never retrieved"

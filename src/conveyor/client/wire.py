@@ -288,3 +288,9 @@ class AsyncWire:
             # replies would now arrive out of step: this connection is done
             protocol.fail(rx.TimeoutError("Timeout reading from Redis"))
             raise rx.TimeoutError(f"Timeout reading from Redis: {exc}") from exc
+        finally:
+            # a lost connection fails every waiter: retrieve them all, or asyncio
+            # logs "Future exception was never retrieved" for those not awaited
+            for waiter in waiters:
+                if waiter.done() and not waiter.cancelled():
+                    waiter.exception()

@@ -71,8 +71,8 @@ for _, id in ipairs(expired) do
 end
 -- Finished records expire even when no run ends to sweep them: every reap
 -- (each worker's beat) also sweeps a bounded batch of both indexes.
-sweep(failed, now, 2 * failed_count + batch)
-sweep(KEYS[9], now, batch)
+sweep(failed, now, 2 * failed_count + 10 * batch)
+sweep(KEYS[9], now, 10 * batch)
 local first = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
 local next_deadline = -1
 if #first > 0 then next_deadline = tonumber(first[2]) end
