@@ -23,8 +23,9 @@
 -- a `stalled` event), or state failed with error "stalled" once stalls
 -- reaches max_stalls (a `failed` event, waiters told, a blocked twin released,
 -- a failure-lane job when the task has a failure handler;
--- up to 2 expired failed records swept per job failed); then up to `batch`
--- expired (or, with meta keep_*, surplus) completed and failed records swept.
+-- up to 2 expired failed records swept per job failed); then
+-- expired (or, with meta keep_*, surplus) completed and failed records swept,
+-- up to 10 x `batch` each.
 -- Complexity: O(batch * log N).
 
 -- @include common
