@@ -18,6 +18,7 @@ from conveyor.client.sync import Queue
 from conveyor.client.tasks import Tasks
 from conveyor.errors import ConveyorError
 from conveyor.integrations.embedded import EmbeddedRedis
+from conveyor.integrations.progress import ProgressBar, follow
 from conveyor.worker.runtime import Worker, WorkerSettings
 
 url_option = click.option(
@@ -101,6 +102,23 @@ def info(queue: str, url: str | None) -> None:
         counts = {state.value: n for state, n in q.counts().items()}
         workers = [{"id": w.id, **w.info} for w in q.workers()]
         click.echo(json.dumps({"queue": queue, "counts": counts, "workers": workers}, indent=2))
+
+
+@main.command()
+@click.argument("queue", default="default")
+@url_option
+@click.option(
+    "--total", type=int, default=None, help="Jobs to wait for (default: those queued now)."
+)
+@click.option("--timeout", type=float, default=3600.0, show_default=True)
+def watch(queue: str, url: str | None, total: int | None, timeout: float) -> None:
+    """A live progress bar of QUEUE's finished jobs, fed by its events stream."""
+    with ExitStack() as stack, Queue(queue, url=redis_url(url, stack)) as q:
+        counts = q.counts()
+        pending = sum(
+            n for state, n in counts.items() if state.value not in ("completed", "failed")
+        )
+        follow(q, ProgressBar(total if total is not None else pending), after="$", timeout=timeout)
 
 
 @main.command()

@@ -16,9 +16,9 @@ FINISHED = ("completed", "failed")
 class ProgressBar:
     """`[#####-----]  4,210/10,000  42%  3,812 jobs/s  failed 3` on one line."""
 
-    def __init__(self, total: int, *, stream: TextIO = sys.stderr, width: int = 30) -> None:
+    def __init__(self, total: int, *, stream: TextIO | None = None, width: int = 30) -> None:
         self.total = total
-        self.stream = stream
+        self.stream = stream if stream is not None else sys.stderr  # as it is now, not at import
         self.width = width
         self.started = time.monotonic()
         self.counts: Counter[str] = Counter()

@@ -1,0 +1,62 @@
+"""The `conveyor` command line, against the session's private server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+from click.testing import CliRunner
+
+from conveyor import JobState, Queue
+from conveyor.integrations.cli import main
+from support.workers import APPS, SRC
+
+
+def test_enqueue_and_info(redis_url: str, queue_name: str) -> None:
+    runner = CliRunner()
+    done = runner.invoke(
+        main, ["enqueue", queue_name, "send", '{"to": "a"}', "--url", redis_url, "--id", "j1"]
+    )
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output) == {"id": "j1", "outcome": "created", "state": "waiting"}
+    info = runner.invoke(main, ["info", queue_name, "--url", redis_url])
+    assert info.exit_code == 0, info.output
+    report = json.loads(info.output)
+    assert report["counts"]["waiting"] == 1 and report["workers"] == []
+
+
+def test_worker_burst_drains_and_exits(redis_url: str, queue_name: str, sync_queue: Queue) -> None:
+    sync_queue.enqueue_many([("sleepy", {"seconds": 0}) for _ in range(30)])
+    proc = subprocess.run(
+        [sys.executable, "-m", "conveyor.integrations.cli", "worker", "kill_app:tasks",
+         "--url", redis_url, "--burst"],
+        env={"PYTHONPATH": f"{APPS}:{SRC}", "TEST_QUEUE": queue_name, "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "30 completed, 0 failed" in proc.stdout
+    assert sync_queue.counts()[JobState.COMPLETED] == 30
+
+
+def test_watch_shows_a_progress_bar(redis_url: str, queue_name: str, sync_queue: Queue) -> None:
+    sync_queue.enqueue_many([("sleepy", {"seconds": 0}) for _ in range(20)])
+
+    def work_soon() -> None:
+        time.sleep(1.0)
+        subprocess.run(
+            [sys.executable, "-m", "conveyor.integrations.cli", "worker", "kill_app:tasks",
+             "--url", redis_url, "--burst"],
+            env={"PYTHONPATH": f"{APPS}:{SRC}", "TEST_QUEUE": queue_name, "PATH": "/usr/bin:/bin"},
+            capture_output=True, timeout=60,
+        )  # fmt: skip
+
+    worker = threading.Thread(target=work_soon)
+    worker.start()
+    shown = CliRunner().invoke(main, ["watch", queue_name, "--url", redis_url, "--timeout", "30"])
+    worker.join(60)
+    assert shown.exit_code == 0, shown.output
+    shown_text = shown.output + (shown.stderr if shown.stderr_bytes is not None else "")
+    assert "20/20" in shown_text and "100%" in shown_text
