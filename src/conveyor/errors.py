@@ -86,7 +86,11 @@ class ConnectionLostError(ConveyorError):
 
 class UncertainWriteError(ConnectionLostError):
     """The command was sent but no reply came: it may or may not have been
-    applied. Enqueueing again with the same id is safe."""
+    applied. An enqueue has already been re-sent by the client with the same
+    request id (a re-send of an applied call changes nothing) before this is
+    raised. Enqueueing again yourself is a new call: safe for a job that has
+    not started; for a job already running it waits as its blocked twin and
+    runs again after (the singleton rule)."""
 
 
 class JobNotFoundError(ConveyorError, KeyError):

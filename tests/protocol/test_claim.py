@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+from conveyor.protocol import ops
+
 from .harness import HALF, SEQ_SPAN, Proto
 
 
@@ -12,8 +14,8 @@ def test_claim_leases_the_first_ready_job(q: Proto) -> None:
     created = int(q.job("a")["created_at"])
     raw = q.run(q.claim_call(1, token="t0k", worker="w-9", lease_ms=4_000))
     now = int(raw[0])
-    assert int(raw[1]) == -1
-    assert list(raw[2:]) == [
+    assert (int(raw[1]), int(raw[2])) == (-1, 0)
+    assert list(raw[3:]) == [
         b"a", b"send", b'{"n":1}', 1, b"0", b"0", b"5", b"3", b"1000", b"300000", b"2000",
         b"3", str(created).encode(), None,
     ]  # fmt: skip
@@ -58,7 +60,7 @@ def test_marker_is_set_only_while_jobs_remain_ready(q: Proto) -> None:
 def test_claim_on_an_empty_queue_returns_the_time_only(q: Proto) -> None:
     before = q.now()
     raw = q.run(q.claim_call(10))
-    assert len(raw) == 2 and int(raw[1]) == -1
+    assert len(raw) == 3 and int(raw[1]) == -1
     assert before <= int(raw[0]) <= q.now()
     assert q.events() == []
 
@@ -175,6 +177,20 @@ def test_attempts_count_every_claim(q: Proto) -> None:
     (job,) = q.claim(token="t2").jobs
     assert job.attempts == 2
     assert q.job("a")["token"] == "t2"
+
+
+def test_a_suspect_waits_for_a_worker_that_runs_nothing_else(q: Proto) -> None:
+    q.enqueue("s")
+    q.enqueue("a")
+    q.r.hset(q.keys.job("s"), "stalls", 1)
+    busy = ops.decode_claim(q.run(ops.claim(
+        q.keys, worker_id="w", count=5, lease_ms=10_000, token="t", promote=1,
+        events_maxlen=100, alone=False,
+    )))  # fmt: skip
+    assert (busy.jobs, busy.held) == ([], True)  # held back, and the rest behind it too
+    assert q.members(q.keys.ready) == ["s", "a"]
+    idle = q.claim(5)  # alone
+    assert ([j.id for j in idle.jobs], idle.held) == (["s"], False)
 
 
 def test_a_job_that_stalled_before_is_claimed_alone(q: Proto) -> None:

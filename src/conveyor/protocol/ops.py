@@ -113,6 +113,7 @@ class ClaimReply:
     now_ms: int
     next_due_ms: int | None
     jobs: list[ClaimedJob]
+    held: bool = False  # a suspect waits for a worker that runs nothing else
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,18 +189,20 @@ def claim(
     token: str,
     promote: int,
     events_maxlen: int,
+    alone: bool = True,
 ) -> Call:
+    """`alone`: the worker runs nothing now, so it may take a suspect (claim.lua)."""
     return Call(
         "claim",
         (keys.base, keys.meta, keys.ready, keys.scheduled, keys.active, keys.marker,
          keys.events, keys.failed, keys.groups, keys.gwait, keys.gactive),
-        (worker_id, count, lease_ms, token, promote, events_maxlen),
+        (worker_id, count, lease_ms, token, promote, events_maxlen, _flag(alone)),
     )  # fmt: skip
 
 
 def decode_claim(reply: Sequence[Any]) -> ClaimReply:
     jobs = []
-    for i in range(2, len(reply), CLAIM_ARITY):
+    for i in range(3, len(reply), CLAIM_ARITY):
         f = reply[i : i + CLAIM_ARITY]
         jobs.append(
             ClaimedJob(
@@ -219,7 +222,7 @@ def decode_claim(reply: Sequence[Any]) -> ClaimReply:
                 schedule=None if f[13] is None else text(f[13]),
             )
         )
-    return ClaimReply(int(reply[0]), _optional_ms(reply[1]), jobs)
+    return ClaimReply(int(reply[0]), _optional_ms(reply[1]), jobs, int(reply[2]) == 1)
 
 
 def complete(keys: QueueKeys, items: Sequence[tuple[str, str, str]], *, events_maxlen: int) -> Call:

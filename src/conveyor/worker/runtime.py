@@ -88,6 +88,7 @@ class Worker:
         self._all_done = asyncio.Event()
         self._wait_task: asyncio.Task[Any] | None = None
         self._wake_task: asyncio.Future[None] | None = None
+        self._suspect: str | None = None  # a job that stalled before, running here
         self._side_tasks: set[asyncio.Future[Any]] = set()
         self._inbox: asyncio.Queue[Running] = asyncio.Queue()
         self._executor = ThreadPoolExecutor(
@@ -255,6 +256,9 @@ class Worker:
         low_water = max(1, concurrency // 2)
         delay = 0.05
         while not self._stopping:
+            if self._suspect is not None:  # it runs alone: no claims beside it
+                await self._until_idle()
+                continue
             free = concurrency - self._in_flight
             if free < low_water and self._in_flight:
                 self._slot_freed.clear()
@@ -272,9 +276,21 @@ class Worker:
                 continue
             if reply.jobs:
                 continue
+            if reply.held and self._in_flight:
+                # a job whose worker died with it waits for a worker that runs
+                # nothing else: let ours end, then claim it alone
+                await self._until_idle()
+                continue
             if self.settings.burst and self._drained(reply):
                 return
             await self._wait_for_work(reply)
+
+    async def _until_idle(self) -> None:
+        """Wait until no job runs here (or the worker stops)."""
+        while self._in_flight and not self._stopping:
+            self._slot_freed.clear()
+            await self._slot_freed.wait()
+        self._suspect = None
 
     def _drained(self, reply: ops.ClaimReply) -> bool:
         """Burst mode ends when nothing is ready or running here and no
@@ -294,6 +310,7 @@ class Worker:
             token=os.urandom(8).hex(),
             promote=self.settings.promote_batch,
             events_maxlen=core.settings.events_maxlen,
+            alone=not self._in_flight,
         )
 
     async def _claim(self, count: int) -> ops.ClaimReply:
@@ -306,6 +323,8 @@ class Worker:
         token = call.args[3]
         assert isinstance(token, str)
         for claimed in reply.jobs:
+            if claimed.stalls:
+                self._suspect = claimed.id  # claim.lua gave it to us alone
             self._accept(claimed, token)
             if claimed.schedule:
                 self._background(advance(self._queue, claimed, reply.now_ms))

@@ -22,14 +22,19 @@
 -- ARGV[4] token       random fencing token for this claim (the worker's writes must match)
 -- ARGV[5] promote     at most this many due delayed jobs (and held-back groups) promoted per call
 -- ARGV[6] events stream max length
+-- ARGV[7] alone       1 (or absent) when the worker runs nothing now: only then may it take a
+--                     job that stalled before (its worker died with it), and then
+--                     that job alone
 --
--- Returns: {now_ms, next_due_ms | -1, then 14 fields per claimed job:
+-- Returns: {now_ms, next_due_ms | -1, held 0|1, then 14 fields per claimed job:
 --   id, task, data, attempts, failures, stalls, max_failures, max_stalls,
 --   min_backoff, max_backoff, timeout, priority, created_at, schedule}
 --   (schedule: the schedule id of a repeatable job's tick, else nil)
 --   next_due_ms is the earliest moment something may become claimable by
 --   time (a delayed job, a rate window, a held-back group), so an idle
---   worker can block until then instead of polling.
+--   worker can block until then instead of polling. held = 1 when a suspect
+--   was met that this call could not take: a worker that runs jobs should
+--   let them end, then claim again alone.
 --
 -- Effects: promoted jobs move scheduled -> ready (keeping their enqueue
 -- order); groups whose hold expired go back into the rotation; claimed jobs
@@ -43,8 +48,10 @@
 -- An id whose record is missing, has an unknown state or non-numeric
 -- counters is recorded as failed with a reason; one whose record is in
 -- another known state (a stale index entry) is dropped.
--- A job that has stalled before (its worker died with it) is claimed alone:
--- if it is a poison job that kills workers, it takes no batch-mates down.
+-- A job that has stalled before (its worker died with it) is claimed alone,
+-- by a worker that runs nothing else (ARGV[7]): if it is a poison job that
+-- kills workers, it takes no other job down with it. Met in any other case,
+-- it and the jobs popped after it go back, and the claim stops there.
 -- Complexity: O((promote + count + 32) * log N).
 
 -- @include common
@@ -53,7 +60,7 @@ local meta, ready, scheduled, active = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local marker, events, failed = KEYS[6], KEYS[7], KEYS[8]
 local groups, gwait, gactive = KEYS[9], KEYS[10], KEYS[11]
 local worker, count, lease, token = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local promote_limit, maxlen = tonumber(ARGV[5]), ARGV[6]
+local promote_limit, maxlen, alone = tonumber(ARGV[5]), ARGV[6], ARGV[7] ~= '0'
 local now = now_ms()
 local INF = -1  -- "until an event", stored as +inf in gwait
 
@@ -64,7 +71,7 @@ local RETURNED = 14
 local KNOWN_STATES = {waiting = true, delayed = true, active = true, completed = true,
                       failed = true, blocked = true, waiting_children = true}
 
-local out = {now, -1}
+local out = {now, -1, 0}  -- now, next due, held back by a suspect (1/0), jobs...
 local next_due = nil
 local function due_at(ms)
   if ms and (not next_due or ms < next_due) then next_due = ms end
@@ -189,8 +196,9 @@ local function take(id, score, from)
     fail_corrupt(id, 'corrupt record: attempts or stalls is not a number')
     return true
   end
-  if stalls > 0 and leased > 0 then
+  if stalls > 0 and (leased > 0 or not alone) then
     redis.call('ZADD', from, score, id)  -- a suspect runs alone, in the next claim
+    out[3] = 1
     return false
   end
   attempts = attempts + 1
