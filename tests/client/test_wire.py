@@ -127,3 +127,33 @@ def test_a_lost_connection_fails_every_pipelined_caller_quietly(
     finally:
         loop.close()
     assert unretrieved == []  # no "Future exception was never retrieved"
+
+
+def test_clients_and_workers_over_a_unix_socket(tmp_path: object) -> None:
+    import tempfile
+
+    from conveyor import AsyncQueue, JobState
+    from conveyor.client.tasks import Tasks
+    from conveyor.integrations.embedded import EmbeddedRedis
+    from conveyor.worker import Worker, WorkerSettings
+
+    with EmbeddedRedis(data_dir=tempfile.mkdtemp(prefix="cv-")) as embedded:
+        assert embedded.url.startswith("unix://")
+        tasks = Tasks("sock", url=embedded.url)
+
+        @tasks.task
+        async def double(data: int) -> int:
+            return data * 2
+
+        job = double.enqueue(21)
+
+        async def from_asyncio() -> int:
+            async with AsyncQueue("sock", url=embedded.url) as aq:
+                return len(await aq.job_ids("waiting"))
+
+        assert asyncio.run(from_asyncio()) == 1
+        Worker(tasks, settings=WorkerSettings(burst=True)).run_sync()
+        queue = tasks.queue()
+        assert queue.wait_result(job.id, timeout=5) == 42
+        assert queue.counts()[JobState.COMPLETED] == 1
+        queue.close()

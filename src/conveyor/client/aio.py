@@ -13,7 +13,6 @@ import redis
 import redis.asyncio
 
 from conveyor.client.core import (
-    CONNECTION_OPTIONS,
     RESEND_DELAYS,
     Enqueued,
     EnqueueOptions,
@@ -23,6 +22,7 @@ from conveyor.client.core import (
     ScheduleInfo,
     WorkerInfo,
     block_slice,
+    connection_options,
     resolve_url,
     wire_endpoint,
 )
@@ -39,7 +39,8 @@ log = logging.getLogger("conveyor")
 
 def connect(url: str | None = None) -> redis.asyncio.Redis:
     """A redis-py client for `url` (or the environment), bytes replies."""
-    return redis.asyncio.Redis.from_url(resolve_url(url), **CONNECTION_OPTIONS)
+    resolved = resolve_url(url)
+    return redis.asyncio.Redis.from_url(resolved, **connection_options(resolved))
 
 
 class AsyncQueue:

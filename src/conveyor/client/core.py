@@ -158,6 +158,14 @@ CONNECTION_OPTIONS: dict[str, Any] = {
 RESEND_DELAYS = (0.05, 0.25, 1.0)
 
 
+def connection_options(url: str, **overrides: Any) -> dict[str, Any]:
+    """redis-py options for `url`: keepalive is a TCP option, refused on a unix socket."""
+    options = {**CONNECTION_OPTIONS, **overrides}
+    if url.startswith("unix://"):
+        options.pop("socket_keepalive", None)
+    return options
+
+
 def wire_endpoint(url: str) -> Endpoint | None:
     """Where the lean script wire connects, or None to stay on redis-py
     (always with CONVEYOR_WIRE=0)."""

@@ -11,7 +11,6 @@ from typing import Any, Unpack
 import redis
 
 from conveyor.client.core import (
-    CONNECTION_OPTIONS,
     RESEND_DELAYS,
     Enqueued,
     EnqueueOptions,
@@ -21,6 +20,7 @@ from conveyor.client.core import (
     ScheduleInfo,
     WorkerInfo,
     block_slice,
+    connection_options,
     resolve_url,
     wire_endpoint,
 )
@@ -37,7 +37,8 @@ log = logging.getLogger("conveyor")
 
 def connect(url: str | None = None) -> redis.Redis:
     """A redis-py client for `url` (or the environment), bytes replies."""
-    return redis.Redis.from_url(resolve_url(url), **CONNECTION_OPTIONS)
+    resolved = resolve_url(url)
+    return redis.Redis.from_url(resolved, **connection_options(resolved))
 
 
 class Queue:

@@ -9,7 +9,7 @@ from typing import Any
 import redis.asyncio
 
 from conveyor.client.aio import AsyncQueue
-from conveyor.client.core import CONNECTION_OPTIONS
+from conveyor.client.core import connection_options
 from conveyor.client.wire import AsyncWire, Endpoint
 from conveyor.protocol import ops
 from conveyor.timing import next_tick
@@ -30,7 +30,7 @@ class Blocker:
             None
             if self._wire is not None
             else redis.asyncio.Redis.from_url(
-                url, **{**CONNECTION_OPTIONS, "socket_timeout": socket_timeout}
+                url, **connection_options(url, socket_timeout=socket_timeout)
             )
         )
 
