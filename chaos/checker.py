@@ -195,8 +195,8 @@ def recovery(entries: Sequence[Entry], t: Tally) -> tuple[list[float], list[str]
                 nxt = [r for r in runs if r.mono > fault.mono and r.pid != fault.pid]
                 if nxt:
                     delays.append(min(r.mono for r in nxt) - fault.mono)
-                elif not finished_there:
-                    never.append(job_id)
+                elif not finished_there and t.view[job_id].state != "failed":
+                    never.append(job_id)  # (failed: the reaper ended it at max_stalls)
     return delays, never
 
 

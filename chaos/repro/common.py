@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import subprocess
 import sys
@@ -30,10 +31,12 @@ def worker(url: str, queue: str = "r", conc: int = 4, lease: float = 2.0, *extra
     )
     cmd = [str(Path(sys.executable).parent / "conveyor"), "worker", "chaos.app:tasks",
            "--concurrency", str(conc), "--lease", str(lease), *extra]  # fmt: skip
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         start_new_session=True,
     )  # fmt: skip
+    atexit.register(proc.kill)  # never outlives the reproduction, whatever happens in it
+    return proc
 
 
 def fault_proxy(upstream_port: int):  # type: ignore[no-untyped-def]
