@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
 
 import pytest
 import redis
 from redis import exceptions as rx
 
-from conveyor import Queue
+from conveyor import AsyncQueue, Queue
 from conveyor.client.core import wire_endpoint
-from conveyor.client.wire import AsyncWire, Endpoint, SyncWire
-from conveyor.errors import OutOfMemoryError
+from conveyor.client.wire import AsyncWire, Endpoint, HandshakeError, SyncWire
+from conveyor.errors import ConnectionLostError, OutOfMemoryError, UncertainWriteError
 from support.servers import ServerFactory
 
 
@@ -157,3 +162,79 @@ def test_clients_and_workers_over_a_unix_socket(tmp_path: object) -> None:
         assert queue.wait_result(job.id, timeout=5) == 42
         assert queue.counts()[JobState.COMPLETED] == 1
         queue.close()
+
+
+class HangUpServer:
+    """A port that reads what a client sends and resets the connection, as
+    a TLS port does with plaintext: nothing is ever applied."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port: int = self.sock.getsockname()[1]
+        self.accepted = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            conn.recv(1024)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()  # linger 0: a reset, like a TLS server refusing the handshake
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def hang_up() -> Iterator[HangUpServer]:
+    server = HangUpServer()
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("lean_wire", ["1", "0"])
+@pytest.mark.parametrize("auth", [False, True])
+def test_a_port_that_resets_the_handshake_is_a_connection_error(
+    hang_up: HangUpServer, monkeypatch: pytest.MonkeyPatch, lean_wire: str, auth: bool
+) -> None:
+    """B12: plaintext to a TLS port. Nothing but the handshake was sent, so
+    ConnectionLostError (nothing applied), never UncertainWriteError, fast."""
+    monkeypatch.setenv("CONVEYOR_WIRE", lean_wire)
+    url = f"redis://{'app:pw@' if auth else ''}127.0.0.1:{hang_up.port}/0"
+
+    async def enqueue_async() -> None:
+        async with AsyncQueue("q", url=url) as queue:
+            await queue.enqueue("t", 1)
+
+    for attempt in (
+        lambda: Queue("q", url=url).enqueue("t", 1),
+        lambda: asyncio.run(enqueue_async()),
+    ):
+        t0 = time.monotonic()
+        with pytest.raises(ConnectionLostError) as caught:
+            attempt()
+        assert not isinstance(caught.value, UncertainWriteError)
+        assert "handshake" in str(caught.value) and "TLS" in str(caught.value)
+        assert time.monotonic() - t0 < 2.0
+    assert hang_up.accepted >= 2
+
+
+def test_the_wire_reports_a_reset_handshake_as_such(hang_up: HangUpServer) -> None:
+    endpoint = _endpoint(f"redis://127.0.0.1:{hang_up.port}/0")
+    wire = SyncWire(endpoint)
+    with pytest.raises(HandshakeError, match="during the handshake"):
+        wire.call("PING")
+
+    async def main() -> None:
+        awire = AsyncWire(endpoint)
+        with pytest.raises(HandshakeError, match="during the handshake"):
+            await awire.call("PING")
+        await awire.close()
+
+    asyncio.run(main())

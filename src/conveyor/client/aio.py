@@ -12,6 +12,7 @@ from typing import Any, Unpack
 import redis
 import redis.asyncio
 
+from conveyor.client.cluster import SlotRoute
 from conveyor.client.core import (
     RESEND_DELAYS,
     Enqueued,
@@ -22,12 +23,13 @@ from conveyor.client.core import (
     ScheduleInfo,
     WorkerInfo,
     block_slice,
-    connection_options,
+    needs_route,
     resolve_url,
+    slot_route,
     wire_endpoint,
 )
 from conveyor.client.events import Event, decode_events
-from conveyor.client.transport import AsyncRunner, translated
+from conveyor.client.transport import AsyncRunner, async_client, translated
 from conveyor.client.wire import AsyncWire
 from conveyor.errors import ConveyorError, UncertainWriteError, WaitTimeoutError
 from conveyor.job import Job, JobState
@@ -37,10 +39,11 @@ from conveyor.protocol.keys import PROTOCOL_VERSION
 log = logging.getLogger("conveyor")
 
 
-def connect(url: str | None = None) -> redis.asyncio.Redis:
-    """A redis-py client for `url` (or the environment), bytes replies."""
+def connect(url: str | None = None, *, route: SlotRoute | None = None) -> redis.asyncio.Redis:
+    """A redis-py client for `url` (or the environment), bytes replies; on a
+    cluster, connected to the master of `route`'s slot."""
     resolved = resolve_url(url)
-    return redis.asyncio.Redis.from_url(resolved, **connection_options(resolved))
+    return async_client(resolved, needs_route(resolved, route))
 
 
 class AsyncQueue:
@@ -61,9 +64,11 @@ class AsyncQueue:
     ) -> None:
         self.core = QueueCore(name, settings or QueueSettings(), failures=failures)
         self._owns_client = client is None
-        self.client = client if client is not None else connect(url)
+        # on a cluster, every connection goes to the master of the queue's slot
+        self.route = None if client is not None else slot_route(resolve_url(url), self.core.keys)
+        self.client = client if client is not None else connect(url, route=self.route)
         # scripts go over the lean wire when we made the connection ourselves
-        endpoint = None if client is not None else wire_endpoint(resolve_url(url))
+        endpoint = None if client is not None else wire_endpoint(resolve_url(url), self.route)
         self._wire = None if endpoint is None else AsyncWire(endpoint)
         self._runner = AsyncRunner(self.client, self.core.scripts, self._wire)
         self._checked = False

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, TypedDict
 
 from conveyor import serializers
+from conveyor.client.cluster import SlotRoute, is_cluster_url
 from conveyor.client.wire import Endpoint
 from conveyor.errors import (
     ConfigurationError,
@@ -166,16 +167,35 @@ def connection_options(url: str, **overrides: Any) -> dict[str, Any]:
     return options
 
 
-def wire_endpoint(url: str) -> Endpoint | None:
+def wire_endpoint(url: str, route: SlotRoute | None = None) -> Endpoint | None:
     """Where the lean script wire connects, or None to stay on redis-py
-    (always with CONVEYOR_WIRE=0)."""
+    (always with CONVEYOR_WIRE=0); on a cluster, wherever `route` says."""
     if os.environ.get("CONVEYOR_WIRE") == "0":
         return None
     return Endpoint.from_url(
         url,
         connect_timeout=CONNECTION_OPTIONS["socket_connect_timeout"],
         socket_timeout=SOCKET_TIMEOUT,
+        route=route,
     )
+
+
+def needs_route(url: str, route: SlotRoute | None) -> SlotRoute | None:
+    """`route`; a cluster URL without one is an error (which slot?)."""
+    if route is None and is_cluster_url(url):
+        raise ConfigurationError(
+            "a redis+cluster:// URL serves one queue's slot: connect through Queue or "
+            "AsyncQueue (or pass route=slot_route(url, keys))"
+        )
+    return route
+
+
+def slot_route(url: str, keys: QueueKeys) -> SlotRoute | None:
+    """For a redis+cluster:// URL, the route to the master of the queue's
+    slot (every key of a queue is in it); None for a single server."""
+    if not is_cluster_url(url):
+        return None
+    return SlotRoute.for_tag(url, keys.base)
 
 
 def block_slice(connection_kwargs: Mapping[str, Any], wanted: float) -> float:

@@ -10,6 +10,7 @@ from typing import Any, Unpack
 
 import redis
 
+from conveyor.client.cluster import SlotRoute
 from conveyor.client.core import (
     RESEND_DELAYS,
     Enqueued,
@@ -20,12 +21,13 @@ from conveyor.client.core import (
     ScheduleInfo,
     WorkerInfo,
     block_slice,
-    connection_options,
+    needs_route,
     resolve_url,
+    slot_route,
     wire_endpoint,
 )
 from conveyor.client.events import Event, decode_events
-from conveyor.client.transport import SyncRunner, translated
+from conveyor.client.transport import SyncRunner, sync_client, translated
 from conveyor.client.wire import SyncWire
 from conveyor.errors import ConveyorError, UncertainWriteError, WaitTimeoutError
 from conveyor.job import Job, JobState
@@ -35,10 +37,11 @@ from conveyor.protocol.keys import PROTOCOL_VERSION
 log = logging.getLogger("conveyor")
 
 
-def connect(url: str | None = None) -> redis.Redis:
-    """A redis-py client for `url` (or the environment), bytes replies."""
+def connect(url: str | None = None, *, route: SlotRoute | None = None) -> redis.Redis:
+    """A redis-py client for `url` (or the environment), bytes replies; on a
+    cluster, connected to the master of `route`'s slot."""
     resolved = resolve_url(url)
-    return redis.Redis.from_url(resolved, **connection_options(resolved))
+    return sync_client(resolved, needs_route(resolved, route))
 
 
 class Queue:
@@ -59,9 +62,11 @@ class Queue:
     ) -> None:
         self.core = QueueCore(name, settings or QueueSettings(), failures=failures)
         self._owns_client = client is None
-        self.client = client if client is not None else connect(url)
+        # on a cluster, every connection goes to the master of the queue's slot
+        self.route = None if client is not None else slot_route(resolve_url(url), self.core.keys)
+        self.client = client if client is not None else connect(url, route=self.route)
         # scripts go over the lean wire when we made the connection ourselves
-        endpoint = None if client is not None else wire_endpoint(resolve_url(url))
+        endpoint = None if client is not None else wire_endpoint(resolve_url(url), self.route)
         self._wire = None if endpoint is None else SyncWire(endpoint)
         self._runner = SyncRunner(self.client, self.core.scripts, self._wire)
         self._checked = False

@@ -6,7 +6,9 @@ The sync and async runners mirror each other line for line; keep them so.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -15,7 +17,9 @@ import redis
 import redis.asyncio
 from redis import exceptions as rx
 
-from conveyor.client.wire import AsyncWire, SyncWire
+from conveyor.client.cluster import SlotRedirect, SlotRoute, async_pool, sync_pool
+from conveyor.client.core import connection_options
+from conveyor.client.wire import AsyncWire, HandshakeError, SyncWire, handshake_error
 from conveyor.errors import (
     ConfigurationError,
     ConnectionLostError,
@@ -31,6 +35,15 @@ log = logging.getLogger("conveyor")
 
 def translate(exc: Exception) -> ConveyorError | None:
     """The Conveyor error for a redis-py error, or None to re-raise it as is."""
+    if isinstance(exc, HandshakeError | SlotRedirect):  # nothing was applied
+        return ConnectionLostError(str(exc))
+    if isinstance(exc, rx.MovedError | rx.AskError):  # a plain URL to a cluster node
+        return ConfigurationError(
+            f"this Redis is a Cluster node that does not serve the queue's slot ({exc}): "
+            "connect with a redis+cluster://host:port URL"
+        )
+    if isinstance(exc, rx.TryAgainError | rx.ClusterDownError):
+        return ConnectionLostError(f"Redis Cluster refused the command, nothing applied: {exc}")
     if isinstance(exc, rx.AuthenticationError | rx.AuthorizationError):
         return ConfigurationError(f"Redis refused the credentials: {exc}")
     if isinstance(exc, rx.OutOfMemoryError) or "OOM command not allowed" in str(exc):
@@ -43,6 +56,54 @@ def translate(exc: Exception) -> ConveyorError | None:
             return ConnectionLostError(f"cannot reach Redis: {message}")
         return UncertainWriteError(f"lost the connection to Redis mid-command: {message}")
     return None
+
+
+_REFUSED = (rx.AuthenticationError, rx.AuthorizationError, HandshakeError)
+
+
+def _handshake(connection: Any) -> None:
+    """redis-py's handshake, then a PING: a port that does not speak
+    plaintext Redis (TLS, say) fails here, as a connection error."""
+    try:
+        connection.on_connect()
+        connection.send_command("PING")
+        connection.read_response()
+    except rx.ResponseError:  # a refused PING is still a Redis reply
+        pass
+    except _REFUSED:  # credentials refused: a reply, not a broken handshake
+        raise
+    except (rx.ConnectionError, rx.TimeoutError) as exc:
+        raise handshake_error(connection._host_error(), exc) from exc
+
+
+async def _handshake_async(connection: Any) -> None:
+    try:
+        await connection.on_connect()
+        await connection.send_command("PING")
+        await connection.read_response()
+    except rx.ResponseError:
+        pass
+    except _REFUSED:
+        raise
+    except (rx.ConnectionError, rx.TimeoutError) as exc:
+        raise handshake_error(connection._host_error(), exc) from exc
+
+
+def sync_client(url: str, route: SlotRoute | None = None, **overrides: Any) -> redis.Redis:
+    """A redis-py client for `url` (bytes replies); on a cluster, for the
+    master that serves `route`'s slot."""
+    options = connection_options(url, redis_connect_func=_handshake, **overrides)
+    if route is None:
+        return redis.Redis.from_url(url, **options)
+    return redis.Redis.from_pool(sync_pool(route, options))
+
+
+def async_client(url: str, route: SlotRoute | None = None, **overrides: Any) -> redis.asyncio.Redis:
+    """The asyncio twin of sync_client."""
+    options = connection_options(url, redis_connect_func=_handshake_async, **overrides)
+    if route is None:
+        return redis.asyncio.Redis.from_url(url, **options)
+    return redis.asyncio.Redis.from_pool(async_pool(route, options))
 
 
 @contextmanager
@@ -62,6 +123,16 @@ def _argv(call: Call, script: Script) -> list[Any]:
 
 def _no_script(result: Any) -> bool:
     return isinstance(result, rx.NoScriptError)
+
+
+# Calls refused unapplied are sent again: after NOSCRIPT (the script is
+# loaded first) or a cluster's refusal (after a pause: a failover or a slot
+# migration takes a moment; the route already knows where a MOVED slot went).
+RESEND_PAUSES = (0.0, 0.05, 0.2, 0.5, 1.0, 2.0)
+
+
+def _to_resend(results: Sequence[Any]) -> list[int]:
+    return [i for i, r in enumerate(results) if isinstance(r, rx.NoScriptError | SlotRedirect)]
 
 
 class SyncRunner:
@@ -87,15 +158,19 @@ class SyncRunner:
 
     def run_many(self, calls: Sequence[Call]) -> list[Any]:
         """Pipelined, not transactional; scripts missing on the server are
-        loaded and only the calls that hit NOSCRIPT (never ran) are re-sent."""
+        loaded, and only the calls refused unapplied (NOSCRIPT, a cluster's
+        MOVED / TRYAGAIN / CLUSTERDOWN) are re-sent, a bounded number of times."""
         with translated():
             results = self._pipeline(calls)
-            missing = [i for i, r in enumerate(results) if _no_script(r)]
-            if missing:
-                for name in {calls[i].script for i in missing}:
+            for pause in RESEND_PAUSES:
+                again = _to_resend(results)
+                if not again:
+                    break
+                if any(isinstance(results[i], SlotRedirect) for i in again):
+                    time.sleep(pause)
+                for name in {calls[i].script for i in again if _no_script(results[i])}:
                     self._load(self.scripts[name])
-                again = self._pipeline([calls[i] for i in missing])
-                for i, result in zip(missing, again, strict=True):
+                for i, result in zip(again, self._pipeline([calls[i] for i in again]), strict=True):
                     results[i] = result
             for result in results:
                 if isinstance(result, Exception):
@@ -146,12 +221,16 @@ class AsyncRunner:
     async def run_many(self, calls: Sequence[Call]) -> list[Any]:
         with translated():
             results = await self._pipeline(calls)
-            missing = [i for i, r in enumerate(results) if _no_script(r)]
-            if missing:
-                for name in {calls[i].script for i in missing}:
+            for pause in RESEND_PAUSES:
+                again = _to_resend(results)
+                if not again:
+                    break
+                if any(isinstance(results[i], SlotRedirect) for i in again):
+                    await asyncio.sleep(pause)
+                for name in {calls[i].script for i in again if _no_script(results[i])}:
                     await self._load(self.scripts[name])
-                again = await self._pipeline([calls[i] for i in missing])
-                for i, result in zip(missing, again, strict=True):
+                resent = await self._pipeline([calls[i] for i in again])
+                for i, result in zip(again, resent, strict=True):
                     results[i] = result
             for result in results:
                 if isinstance(result, Exception):

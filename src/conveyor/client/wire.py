@@ -24,6 +24,8 @@ import hiredis
 from redis import exceptions as rx
 from redis.connection import parse_url
 
+from conveyor.client.cluster import REDIRECTS, SlotRoute
+
 Command = Sequence[Any]
 
 _ERRORS: tuple[tuple[str, type[rx.RedisError]], ...] = (
@@ -35,6 +37,25 @@ _ERRORS: tuple[tuple[str, type[rx.RedisError]], ...] = (
     ("LOADING", rx.BusyLoadingError),
     ("READONLY", rx.ReadOnlyError),
 )
+# A cluster's refusals: redis-py strips the prefix from these; so do we.
+_CLUSTER_ERRORS: tuple[tuple[str, type[rx.RedisError]], ...] = (
+    ("MOVED ", rx.MovedError),
+    ("ASK ", rx.AskError),
+    ("TRYAGAIN ", rx.TryAgainError),
+    ("CLUSTERDOWN ", rx.ClusterDownError),
+)
+
+
+class HandshakeError(rx.ConnectionError):
+    """The connection closed (or broke) before its handshake got a reply:
+    nothing was sent but the handshake, so nothing was applied."""
+
+
+def handshake_error(address: str, exc: Exception) -> HandshakeError:
+    return HandshakeError(
+        f"Error connecting to Redis at {address}: the connection closed during the "
+        f"handshake ({exc}). Is this a TLS port (use rediss://), or not Redis at all?"
+    )
 
 
 def error_of(reply: hiredis.ReplyError) -> rx.RedisError:
@@ -43,6 +64,9 @@ def error_of(reply: hiredis.ReplyError) -> rx.RedisError:
     for prefix, kind in _ERRORS:
         if message.startswith(prefix):
             return kind(message)
+    for prefix, kind in _CLUSTER_ERRORS:
+        if message.startswith(prefix):
+            return kind(message[len(prefix) :])
     if message.startswith("ERR "):
         message = message[4:]
     return rx.ResponseError(message)
@@ -60,12 +84,20 @@ class Endpoint:
     password: str | None
     connect_timeout: float
     socket_timeout: float | None
+    route: SlotRoute | None = None  # a cluster: host and port come from it
 
     @classmethod
     def from_url(
-        cls, url: str, *, connect_timeout: float, socket_timeout: float | None
+        cls,
+        url: str,
+        *,
+        connect_timeout: float,
+        socket_timeout: float | None,
+        route: SlotRoute | None = None,
     ) -> Endpoint | None:
         """None when the URL needs more than this wire offers (TLS, say)."""
+        if route is not None:
+            url = route.node_url
         if not url.startswith(("redis://", "unix://")):
             return None
         try:
@@ -81,16 +113,38 @@ class Endpoint:
             password=parts.get("password"),
             connect_timeout=connect_timeout,
             socket_timeout=socket_timeout,
+            route=route,
         )
 
+    def address(self) -> tuple[str, int]:
+        """(host, port) to connect to now: a cluster's is the slot's master."""
+        if self.route is not None:
+            return self.route.address()
+        return self.host or "localhost", self.port
+
     def handshake(self) -> list[Command]:
+        """AUTH and SELECT when needed, then always a PING: a port that is not
+        plaintext Redis (TLS, say) fails here, before any real command."""
         commands: list[Command] = []
         if self.password is not None:
             auth = [self.username, self.password] if self.username else [self.password]
             commands.append(("AUTH", *auth))
         if self.db:
             commands.append(("SELECT", self.db))
+        commands.append(("PING",))
         return commands
+
+    def follow(self, replies: list[Any]) -> bool:
+        """Turn a cluster's refusals into SlotRedirect (the route learns
+        where the slot went); True when the connection must be dropped."""
+        if self.route is None:
+            return False
+        moved = False
+        for i, reply in enumerate(replies):
+            if isinstance(reply, REDIRECTS):
+                replies[i] = self.route.redirected(reply)
+                moved = True
+        return moved
 
 
 class SyncWire:
@@ -104,20 +158,29 @@ class SyncWire:
 
     def _connect(self) -> socket.socket:
         e = self.endpoint
+        where = e.path
         try:
             if e.path is not None:
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 sock.settimeout(e.connect_timeout)
                 sock.connect(e.path)
             else:
-                sock = socket.create_connection((e.host, e.port), timeout=e.connect_timeout)
+                host, port = e.address()
+                where = f"{host}:{port}"
+                sock = socket.create_connection((host, port), timeout=e.connect_timeout)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             sock.settimeout(e.socket_timeout)
         except OSError as exc:
+            if e.route is not None:
+                e.route.forget()  # a failover, maybe: ask the cluster again next time
             raise rx.ConnectionError(f"Error connecting to Redis: {exc}") from exc
         self._sock, self._reader = sock, hiredis.Reader()
-        for reply in self._exchange(e.handshake()):
+        try:
+            replies = self._exchange(e.handshake())
+        except rx.ConnectionError as exc:
+            raise handshake_error(str(where), exc) from exc
+        for reply in replies[:-1]:  # any reply to the PING will do, even a refusal
             if isinstance(reply, rx.RedisError):
                 self.close()
                 raise reply
@@ -142,7 +205,10 @@ class SyncWire:
         with self._lock:
             if self._sock is None:
                 self._connect()
-            return self._exchange(commands)
+            replies = self._exchange(commands)
+            if self.endpoint.follow(replies):
+                self.close()  # the slot moved: the next call connects to its new master
+            return replies
 
     def _exchange(self, commands: Sequence[Command]) -> list[Any]:
         if not commands:
@@ -231,23 +297,40 @@ class AsyncWire:
                 return self._protocol
             e = self.endpoint
             loop = asyncio.get_running_loop()
+            where = e.path
             try:
                 if e.path is not None:
                     connect = loop.create_unix_connection(_Protocol, e.path)
                 else:
-                    connect = loop.create_connection(_Protocol, e.host or "localhost", e.port)
+                    host, port = await self._address()
+                    where = f"{host}:{port}"
+                    connect = loop.create_connection(_Protocol, host, port)
                 transport, protocol = await asyncio.wait_for(connect, e.connect_timeout)
             except (OSError, TimeoutError) as exc:
+                if e.route is not None:
+                    e.route.forget()  # a failover, maybe: ask the cluster again next time
                 raise rx.ConnectionError(f"Error connecting to Redis: {exc}") from exc
             sock = transport.get_extra_info("socket")
             if sock is not None and e.path is None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            for reply in await self._send(protocol, e.handshake()):
+            try:
+                replies = await self._send(protocol, e.handshake())
+            except rx.ConnectionError as exc:
+                transport.close()
+                raise handshake_error(str(where), exc) from exc
+            for reply in replies[:-1]:  # any reply to the PING will do, even a refusal
                 if isinstance(reply, rx.RedisError):
                     transport.close()
                     raise reply
             self._protocol = protocol
             return protocol
+
+    async def _address(self) -> tuple[str, int]:
+        """Asking a cluster where the slot is blocks: not on the event loop."""
+        route = self.endpoint.route
+        if route is not None and route.cached is None:
+            return await asyncio.to_thread(route.address)
+        return self.endpoint.address()
 
     async def close(self) -> None:
         self._close()
@@ -271,7 +354,10 @@ class AsyncWire:
         protocol = self._protocol
         if protocol is None or protocol.lost is not None:
             protocol = await self._connect()
-        return await self._send(protocol, commands)
+        replies = await self._send(protocol, commands)
+        if self.endpoint.follow(replies) and self._protocol is protocol:
+            self._close()  # the slot moved: the next call connects to its new master
+        return replies
 
     async def _send(self, protocol: _Protocol, commands: Sequence[Command]) -> list[Any]:
         if not commands:

@@ -127,9 +127,12 @@ class Worker:
             settings=self.tasks.settings,
             failures=self.settings.failures,
         )
-        sync_client = connect_sync(self.url)
-        endpoint = wire_endpoint(self.url)
-        self._blocker = Blocker(self.url, endpoint, self.settings.idle_wait + SOCKET_TIMEOUT)
+        # on a cluster, every connection follows the queue's slot (queue.route)
+        sync_client = connect_sync(self.url, route=queue.route)
+        endpoint = wire_endpoint(self.url, queue.route)
+        self._blocker = Blocker(
+            self.url, endpoint, self.settings.idle_wait + SOCKET_TIMEOUT, route=queue.route
+        )
         self._queue = queue
         self._runner = queue.runner
         self._acks = AckBuffer(self._runner, queue.core, self._written)

@@ -6,10 +6,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import redis.asyncio
-
 from conveyor.client.aio import AsyncQueue
-from conveyor.client.core import connection_options
+from conveyor.client.cluster import SlotRoute
+from conveyor.client.transport import async_client
 from conveyor.client.wire import AsyncWire, Endpoint
 from conveyor.protocol import ops
 from conveyor.timing import next_tick
@@ -20,7 +19,14 @@ class Blocker:
     blocked connection can carry nothing else, with a socket timeout longer
     than the longest wait. The lean wire when the URL allows, else redis-py."""
 
-    def __init__(self, url: str, endpoint: Endpoint | None, socket_timeout: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        endpoint: Endpoint | None,
+        socket_timeout: float,
+        *,
+        route: SlotRoute | None = None,
+    ) -> None:
         self._wire = (
             None
             if endpoint is None
@@ -29,9 +35,7 @@ class Blocker:
         self._client = (
             None
             if self._wire is not None
-            else redis.asyncio.Redis.from_url(
-                url, **connection_options(url, socket_timeout=socket_timeout)
-            )
+            else async_client(url, route, socket_timeout=socket_timeout)
         )
 
     async def bzpopmin(self, *keys_and_timeout: Any) -> Any:

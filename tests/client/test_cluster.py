@@ -1,0 +1,141 @@
+"""Redis Cluster: a queue talks to the master of its slot and follows it when it moves."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from conveyor import AsyncQueue, Queue
+from conveyor.client.cluster import parse_cluster_url
+from conveyor.client.core import QueueSettings
+from conveyor.client.sync import connect
+from conveyor.client.tasks import Tasks
+from conveyor.errors import ConfigurationError
+from conveyor.integrations.embedded import RedisProcess
+from conveyor.job import JobState
+from support.cluster import cluster_url, migrate_slot, owner_port, start_cluster
+from support.servers import ServerFactory
+from support.workers import WorkerRunner
+
+
+@pytest.fixture
+def cluster(server_factory: ServerFactory) -> list[RedisProcess]:
+    return start_cluster(server_factory, masters=3)
+
+
+@pytest.fixture(params=["1", "0"], ids=["lean-wire", "redis-py"])
+def wire(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    monkeypatch.setenv("CONVEYOR_WIRE", request.param)
+    yield request.param
+
+
+def _queues_on_distinct_masters(nodes: list[RedisProcess], count: int) -> list[str]:
+    """Queue names whose slots are served by `count` different masters."""
+    names: dict[int, str] = {}
+    for i in range(1000):
+        name = f"q{i}"
+        names.setdefault(owner_port(nodes, f"conveyor:{{{name}}}:"), name)
+        if len(names) == count:
+            return list(names.values())
+    raise AssertionError("no queue names spread over the masters")
+
+
+def _wait(condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_cluster_urls_name_seed_nodes_and_credentials() -> None:
+    template, seeds = parse_cluster_url("redis+cluster://u:p%40w@10.0.0.1:7000,10.0.0.2:7001")
+    assert seeds == [("10.0.0.1", 7000), ("10.0.0.2", 7001)]
+    assert template.format(address="h:1") == "redis://u:p%40w@h:1/0"
+    tls, _ = parse_cluster_url("rediss+cluster://h:1/0?ssl_cert_reqs=none")
+    assert tls.startswith("rediss://") and tls.endswith("?ssl_cert_reqs=none")
+    for bad in ("redis+cluster://h:1/3", "redis+cluster://h,h2:2"):
+        with pytest.raises(ConfigurationError):
+            parse_cluster_url(bad)
+    with pytest.raises(ConfigurationError, match="Queue or"):
+        connect("redis+cluster://127.0.0.1:7000")  # which slot? only a queue knows
+
+
+def test_each_queue_talks_to_the_master_of_its_slot(cluster: list[RedisProcess], wire: str) -> None:
+    names = _queues_on_distinct_masters(cluster, 3)
+    url = cluster_url(cluster)  # one seed: the other masters are discovered
+    for name in names:
+        with Queue(name, url=url) as queue:
+            queue.enqueue("t", {"n": 1}, id="a")
+            assert queue.counts()[JobState.WAITING] == 1
+            assert queue.get("a") is not None
+            pool = queue.client.connection_pool
+            connection = pool.get_connection()
+            pool.release(connection)
+            assert connection.port == owner_port(cluster, f"conveyor:{{{name}}}:")  # type: ignore[attr-defined]
+
+    async def main() -> list[str]:
+        out = []
+        for name in names:
+            async with AsyncQueue(name, url=url) as queue:
+                out.append((await queue.enqueue("t", None, id="a")).outcome)
+        return out
+
+    assert asyncio.run(main()) == ["updated"] * 3  # the same job, found where it was
+
+
+def test_a_plain_url_to_the_wrong_node_says_to_use_a_cluster_url(
+    cluster: list[RedisProcess], wire: str
+) -> None:
+    owner = owner_port(cluster, "conveyor:{q}:")
+    other = next(n.port for n in cluster if n.port != owner)
+    with pytest.raises(ConfigurationError, match=r"redis\+cluster://"):
+        Queue("q", url=f"redis://127.0.0.1:{other}/0").enqueue("t", 1)
+
+
+def test_workers_follow_their_slot_when_it_moves(
+    cluster: list[RedisProcess], wire: str, server_factory: ServerFactory
+) -> None:
+    """The slot of a queue is migrated to another master (resharding): the
+    producer and the worker follow it (MOVED), and every job runs. The queue
+    is paused and drained while its keys move (docs/protocol.md §2: scripts
+    read per-job keys that a half-migrated slot may no longer hold)."""
+    url = cluster_url(cluster, seeds=2)
+    tasks = Tasks("moving", url=url, settings=QueueSettings())
+    ran: list[int] = []
+
+    @tasks.task
+    def work(n: int) -> int:
+        time.sleep(0.002)
+        ran.append(n)
+        return n
+
+    runner = WorkerRunner(url)
+    runner.start(tasks, concurrency=4, lease=2.0, idle_wait=1.0)
+    slot = key_slot(b"conveyor:{moving}:")
+    owner = owner_port(cluster, "conveyor:{moving}:")
+    target = next(n.port for n in cluster if n.port != owner)
+    try:
+        with Queue("moving", url=url) as queue:
+            for n in range(300):
+                queue.enqueue("work", n, id=f"j{n}")
+            queue.pause()
+            _wait(lambda: queue.counts()[JobState.ACTIVE] == 0)
+            migrate_slot(cluster, slot, target)
+            assert owner_port(cluster, "conveyor:{moving}:") == target
+            queue.resume()  # MOVED: the client's first call after the move
+            for n in range(300, 600):
+                queue.enqueue("work", n, id=f"j{n}")
+            _wait(lambda: queue.counts()[JobState.COMPLETED] == 600)
+    finally:
+        runner.stop_all()
+    assert sorted(set(ran)) == list(range(600))
+    old = redis.Redis(port=owner)
+    try:
+        assert old.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+    finally:
+        old.close()

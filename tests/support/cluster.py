@@ -1,0 +1,102 @@
+"""A Redis Cluster of a few masters on loopback, built from private servers."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import redis
+from redis.crc import key_slot
+
+from conveyor.integrations.embedded import RedisProcess
+from support.servers import ServerFactory
+
+SLOTS = 16384
+
+
+def _free_pair() -> int:
+    """A free port whose cluster bus port (+10000) is free too."""
+    for _ in range(200):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port: int = a.getsockname()[1]
+        if port + 10_000 > 65_535:
+            continue
+        with socket.socket() as b:
+            try:
+                b.bind(("127.0.0.1", port + 10_000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+def start_cluster(factory: ServerFactory, masters: int = 3) -> list[RedisProcess]:
+    """`masters` cluster-enabled servers, the slots split evenly, met, and ok."""
+    nodes = [
+        factory(
+            port=_free_pair(),
+            extra_args=["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"],
+        )
+        for _ in range(masters)
+    ]
+    clients = [redis.Redis(port=n.port) for n in nodes]
+    try:
+        for i, client in enumerate(clients):
+            first, last = i * SLOTS // masters, (i + 1) * SLOTS // masters - 1
+            client.execute_command("CLUSTER", "ADDSLOTS", *range(first, last + 1))
+        for node in nodes[1:]:
+            clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", node.port)
+        deadline = time.monotonic() + 30
+        while not all(b"cluster_state:ok" in c.execute_command("CLUSTER", "INFO") for c in clients):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the cluster did not reach cluster_state:ok")
+            time.sleep(0.1)
+    finally:
+        for client in clients:
+            client.close()
+    return nodes
+
+
+def owner_port(nodes: list[RedisProcess], key: str) -> int:
+    """The port of the master that serves `key`'s slot."""
+    slot = key_slot(key.encode())
+    client = redis.Redis(port=nodes[0].port)
+    try:
+        for start, end, master, *_ in client.execute_command("CLUSTER", "SLOTS"):
+            if int(start) <= slot <= int(end):
+                return int(master[1])
+    finally:
+        client.close()
+    raise LookupError(slot)
+
+
+def cluster_url(nodes: list[RedisProcess], *, seeds: int = 1) -> str:
+    return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in nodes[:seeds])
+
+
+def _node_id(client: redis.Redis) -> str:
+    return str(client.execute_command("CLUSTER", "MYID").decode())
+
+
+def migrate_slot(nodes: list[RedisProcess], slot: int, to_port: int) -> None:
+    """Move `slot` and its keys to the master on `to_port`, the way
+    `redis-cli --cluster reshard` does (IMPORTING/MIGRATING, MIGRATE, NODE)."""
+    clients = {n.port: redis.Redis(port=n.port) for n in nodes}
+    try:
+        source_port = next(
+            int(m[1])
+            for s, e, m, *_ in clients[to_port].execute_command("CLUSTER", "SLOTS")
+            if int(s) <= slot <= int(e)
+        )
+        source, target = clients[source_port], clients[to_port]
+        source_id, target_id = _node_id(source), _node_id(target)
+        target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+        source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        while keys := source.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 500):
+            source.execute_command("MIGRATE", "127.0.0.1", to_port, "", 0, 5000, "KEYS", *keys)
+        for client in (target, source, *clients.values()):
+            client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+    finally:
+        for client in clients.values():
+            client.close()
