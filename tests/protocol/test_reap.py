@@ -149,3 +149,50 @@ def test_a_stalled_failure_sweeps_expired_failed_records(q: Proto) -> None:
     # 2 per job failed plus `batch` more: all three expired records are swept
     assert q.members(q.keys.failed) == ["a"]
     assert [q.r.exists(q.keys.job(f"old{i}")) for i in range(3)] == [0, 0, 0]
+
+
+def _expired_records(q: Proto, index: str, count: int, prefix: str) -> None:
+    """`count` ids in `index` whose retention ran out (their records already gone)."""
+    q.r.zadd(index, {f"{prefix}{i}": 1 + i for i in range(count)})
+
+
+def test_reap_says_more_while_a_sweep_leaves_expired_ids_behind(q: Proto) -> None:
+    """O3b: a burst leaves more expired ids than one bounded sweep takes;
+    `more` tells the reaper to call again until the indexes are clean."""
+    _expired_records(q, q.keys.completed, 25, "c")
+    _expired_records(q, q.keys.failed, 12, "f")
+    q.r.zadd(q.keys.completed, {"live": q.now() + 60_000})
+    calls = []
+    while True:
+        reply = q.reap(batch=1)  # sweeps up to 10 ids of each index per call
+        calls.append(reply.more)
+        if not reply.more:
+            break
+        assert len(calls) < 10
+    assert calls == [True, True, False]
+    assert q.members(q.keys.completed) == ["live"]
+    assert q.members(q.keys.failed) == []
+
+
+def test_reap_says_more_while_a_keep_cap_is_exceeded(q: Proto) -> None:
+    q.r.hset(q.keys.meta, "keep_completed", 5)
+    future = q.now() + 60_000
+    q.r.zadd(q.keys.completed, {f"c{i}": future + i for i in range(18)})
+    assert q.reap(batch=1).more  # 10 of the 13 surplus dropped
+    assert not q.reap(batch=1).more
+    assert q.members(q.keys.completed) == [f"c{i}" for i in range(13, 18)]
+
+
+def test_reap_says_more_after_a_full_batch_of_expired_leases(q: Proto) -> None:
+    for job_id in ("a", "b", "c"):
+        q.start(job_id, token="t", lease_ms=LEASE_MS)
+    time.sleep(PAST_LEASE)
+    first = q.reap(batch=2)
+    assert (first.recovered, first.more) == (2, True)
+    second = q.reap(batch=2)
+    assert (second.recovered, second.more) == (1, False)
+
+
+def test_a_quiet_queue_needs_no_more_reaping(q: Proto) -> None:
+    q.start("a", token="t", lease_ms=60_000)
+    assert q.reap().more is False

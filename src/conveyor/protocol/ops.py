@@ -131,6 +131,7 @@ class ReapReply:
     recovered: int
     failed: int
     next_deadline_ms: int | None
+    more: bool = False  # a bound was hit and work is left: reap again
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +284,7 @@ def reap(keys: QueueKeys, *, batch: int, events_maxlen: int) -> Call:
 
 
 def decode_reap(reply: Sequence[Any]) -> ReapReply:
-    return ReapReply(int(reply[0]), int(reply[1]), _optional_ms(reply[2]))
+    return ReapReply(int(reply[0]), int(reply[1]), _optional_ms(reply[2]), bool(int(reply[3])))
 
 
 def heartbeat(

@@ -13,9 +13,11 @@
 -- ARGV[1] batch       at most this many expired leases handled
 -- ARGV[2] events stream max length
 --
--- Returns: {recovered, failed, next_deadline_ms | -1}
+-- Returns: {recovered, failed, next_deadline_ms | -1, more}
 --   next_deadline_ms is the earliest lease still running, so a reaper can
---   sleep until it.
+--   sleep until it. more is 1 when a bound was hit and work is left (a full
+--   batch of expired leases, or an index still holding an expired or surplus
+--   entry after its sweep): the caller should reap again; else 0.
 --
 -- Effects: per expired lease: stalls + 1, the token removed (the old
 -- worker's writes are refused from now on); back to ready at its old place,
@@ -74,7 +76,19 @@ end
 -- (each worker's beat) also sweeps a bounded batch of both indexes.
 sweep(failed, now, 2 * failed_count + 10 * batch)
 sweep(KEYS[9], now, 10 * batch)
+
+-- Work left behind a bound: the oldest entry is still due, or a keep_* cap
+-- is still exceeded. O(log N).
+local function left(index)
+  local oldest = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
+  if #oldest > 0 and tonumber(oldest[2]) <= now then return true end
+  local keep = tonumber(redis.call('HGET', base .. 'meta', 'keep_' .. string.sub(index, #base + 1)))
+  return keep ~= nil and redis.call('ZCARD', index) > keep
+end
+
 local first = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
 local next_deadline = -1
 if #first > 0 then next_deadline = tonumber(first[2]) end
-return {recovered, failed_count, next_deadline}
+local more = 0
+if #expired == batch or left(failed) or left(KEYS[9]) then more = 1 end
+return {recovered, failed_count, next_deadline, more}
