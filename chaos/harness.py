@@ -26,6 +26,7 @@ import redis
 
 from chaos.ledger import Ledger
 from conveyor import JobRequest, Queue, QueueSettings
+from conveyor.client.cluster import SlotRoute, is_cluster_url
 from conveyor.errors import ConnectionLostError, UncertainWriteError
 from conveyor.integrations.embedded import RedisProcess, find_redis_server
 from conveyor.protocol.keys import QueueKeys
@@ -54,8 +55,12 @@ def settings(**overrides: Any) -> QueueSettings:
     return QueueSettings(events_maxlen=overrides.pop("events_maxlen", EVENTS_MAXLEN), **overrides)
 
 
-def admin(url: str, **kwargs: Any) -> redis.Redis:
-    """A raw client for the harness's own inspection and fault injection."""
+def admin(url: str, queue: str = "chaos", **kwargs: Any) -> redis.Redis:
+    """A raw client for the harness's own inspection and fault injection; for
+    a redis+cluster:// URL, on the master that serves `queue`'s slot."""
+    if is_cluster_url(url):
+        route = SlotRoute.for_tag(url, QueueKeys("conveyor", queue).base)
+        url = route.url_for(*route.address())
     return redis.Redis.from_url(url, socket_connect_timeout=2, **kwargs)
 
 
@@ -186,7 +191,7 @@ class WorkerPool:
 
     def wait_ready(self, timeout: float = 15.0) -> bool:
         """Until every live worker has announced itself in the queue's roll call."""
-        client = admin(self.url)
+        client = admin(self.url, self.queue)
         keys = QueueKeys("conveyor", self.queue)
         try:
 

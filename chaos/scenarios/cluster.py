@@ -98,34 +98,52 @@ def slot_owner(nodes: list[Any], queue: str) -> tuple[int, int]:
     raise LookupError(slot)
 
 
+def on_another_master(nodes: list[Any], queue: str) -> str:
+    """A queue name whose slot another master serves than `queue`'s."""
+    taken = slot_owner(nodes, queue)[1]
+    for i in range(1000):
+        name = f"{queue}-{i}"
+        if slot_owner(nodes, name)[1] != taken:
+            return name
+    raise LookupError("no queue name on another master")
+
+
 @scenario(
     16,
     "redis-cluster",
-    "A 3-master Redis Cluster on loopback: scenarios 1 and 15, no CROSSSLOT",
-    full=dict(jobs=5_000, window=12.0, min_kills=8),
+    "A 3-master Redis Cluster on loopback: scenarios 1 and 15 through a redis+cluster:// URL, "
+    "queues on different masters, no CROSSSLOT",
+    full=dict(jobs=10_000, window=20.0, min_kills=13),
     bounded=dict(jobs=800, window=4.0, min_kills=2),
 )
 def cluster(scene: Scene, *, jobs: int, window: float, min_kills: int) -> Result:
     from conveyor import Queue
-    from conveyor.errors import ConveyorError
+    from conveyor.errors import ConfigurationError, ConveyorError
 
     r = Result("redis-cluster")
     nodes = start_cluster(scene)
-    slot, owner = slot_owner(nodes, "chaos")
+    first, second = "chaos", on_another_master(nodes, "chaos")
+    slot, owner = slot_owner(nodes, first)
     other = next(n.port for n in nodes if n.port != owner)
-    r.metrics.update(slot=slot, owner_port=owner, masters=len(nodes))
-    owner_url = f"redis://127.0.0.1:{owner}/0"
+    # one seed, and not the queue's master: the client must discover where its slot is
+    url = f"redis+cluster://127.0.0.1:{other}"
+    r.metrics.update(
+        masters=len(nodes),
+        queues={
+            q: {"slot": s, "master": p} for q in (first, second) for s, p in [slot_owner(nodes, q)]
+        },
+    )
 
-    # Cluster safety of the protocol: every script touches one slot only. Run the worker
-    # scenarios against the node that serves the queue's slot: Redis in cluster mode refuses
-    # any command or script that crosses slots (CROSSSLOT) or touches another node's keys.
-    part = sigkill_loop(scene, jobs=jobs, workers=2, concurrency=8, window=window, lease=2.0,
-                        min_kills=min_kills, url=owner_url)  # fmt: skip
-    _merge(r, part, "scenario 1 on the slot's master")
+    # Scenario 1 on one master, scenario 15 on another, every client and worker
+    # through the cluster URL: each queue's connections go to its slot's master.
+    workers = scene.rng.randint(2, 4)
+    part = sigkill_loop(scene, jobs=jobs, workers=workers, concurrency=8, window=window,
+                        lease=2.0, min_kills=min_kills, url=url, queue=first)  # fmt: skip
+    _merge(r, part, f"scenario 1 (queue {first!r}, {workers} workers)")
     for pool in scene.pools:  # scenario 15 races producers alone
         pool.stop()
-    part = same_id(scene, producers=50, rounds=2, url=owner_url)
-    _merge(r, part, "scenario 15 on the slot's master")
+    part = same_id(scene, producers=50, rounds=2, url=url, queue=second)
+    _merge(r, part, f"scenario 15 (queue {second!r})")
     logs = scene.logs()
     r.check(
         "no CROSSSLOT (nor 'non local key') error anywhere",
@@ -145,29 +163,33 @@ def cluster(scene: Scene, *, jobs: int, window: float, min_kills: int) -> Result
         crossslot[:80],
     )
 
-    # The client side: a Conveyor client pointed at any other node must follow MOVED.
+    # The client side: a cluster URL seeded with any node reaches the slot's
+    # master; a plain URL to a node that does not serve the slot says what to use.
     t0 = time.monotonic()
     try:
-        Queue("chaos", url=f"redis://127.0.0.1:{other}/0").enqueue("work", {"s": 0})
+        with Queue(first, url=url) as q:
+            q.enqueue("work", {"s": 0})
         via_other = "ok"
     except ConveyorError as exc:
         via_other = f"{type(exc).__name__}: {exc}"
     except Exception as exc:
         via_other = f"{type(exc).__module__}.{type(exc).__name__} (not a ConveyorError): {exc}"
-    r.metrics["enqueue_via_other_node"] = via_other[:200]
     r.check(
-        "a client pointed at another node of the cluster follows the redirect (MOVED)",
+        "a redis+cluster:// client seeded with another node follows the redirect (MOVED)",
         via_other == "ok",
         f"{via_other[:160]} ({time.monotonic() - t0:.2f} s)",
     )
     try:
-        from redis.cluster import RedisCluster
-
-        rc = RedisCluster(host="127.0.0.1", port=other)
-        Queue("chaos", client=rc).enqueue("work", {"s": 0})  # type: ignore[arg-type]
-        injected = "ok"
-        rc.close()
+        Queue(first, url=f"redis://127.0.0.1:{other}/0").enqueue("work", {"s": 0})
+        plain = "ok"
+    except ConfigurationError as exc:
+        plain = f"ConfigurationError: {exc}"
     except Exception as exc:
-        injected = f"{type(exc).__module__}.{type(exc).__name__}: {exc}"
-    r.metrics["enqueue_with_injected_RedisCluster"] = injected[:200]
+        plain = f"{type(exc).__module__}.{type(exc).__name__}: {exc}"
+    r.check(
+        "a plain redis:// URL to a node that does not serve the slot: a ConfigurationError "
+        "naming redis+cluster://",
+        plain.startswith("ConfigurationError") and "redis+cluster://" in plain,
+        plain[:160],
+    )
     return r

@@ -529,7 +529,7 @@ def same_id(
 
     r = Result("same-id-race")
     url = url or scene.server().url
-    client = admin(url)
+    client = admin(url, queue)
     keys = QueueKeys("conveyor", queue)
     ids = [f"same{n}" for n in range(rounds)]
     # 1. no worker yet: the race is between producers only

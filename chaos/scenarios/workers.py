@@ -66,7 +66,7 @@ def sigkill_loop(
         kills += 1
         last_kill = time.monotonic()
     feeder.join(timeout=120)
-    client = admin(url)
+    client = admin(url, queue)
     sweep = lease / 3
     drained_ok = wait_until(drained(client, queue, jobs), timeout=lease + sweep + 60, interval=0.05)
     drain_s = time.monotonic() - last_kill

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
 from chaos_support import Runs, verdict
 
 RESENT = ["the client re-sends it itself", "UncertainWriteError, then the caller enqueues"]
-MOVED = ["follows the redirect (MOVED)"]
+MOVED = ["follows the redirect (MOVED)", "redis+cluster://"]
 PLAINTEXT = ["plaintext to the TLS port"]
 
 
@@ -29,21 +28,15 @@ def test_tls_and_least_privilege_acl(scenario: Runs) -> None:
     verdict(scenario("tls-acl"), exclude=PLAINTEXT)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="B12: a refused handshake is reported as UncertainWriteError"
-)
 def test_plaintext_to_the_tls_port_is_a_connection_error(scenario: Runs) -> None:
+    """B12 (fixed): the handshake's reset is a ConnectionLostError (nothing applied)."""
     verdict(scenario("tls-acl"), only=PLAINTEXT)
 
 
-def test_cluster_scripts_stay_in_one_slot(scenario: Runs) -> None:
+def test_cluster_scenarios_1_and_15_through_a_cluster_url(scenario: Runs) -> None:
     verdict(scenario("redis-cluster"), exclude=MOVED)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="C1: clients use redis.Redis.from_url, which does not follow MOVED/ASK; a cluster "
-    "needs redis.cluster.RedisCluster (or a cluster-aware connection) in the clients and worker",
-)
 def test_cluster_client_follows_moved(scenario: Runs) -> None:
+    """C1 (fixed): redis+cluster:// routes each queue to its slot's master."""
     verdict(scenario("redis-cluster"), only=MOVED)

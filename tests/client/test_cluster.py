@@ -15,10 +15,10 @@ from conveyor.client.cluster import parse_cluster_url
 from conveyor.client.core import QueueSettings
 from conveyor.client.sync import connect
 from conveyor.client.tasks import Tasks
-from conveyor.errors import ConfigurationError
+from conveyor.errors import ConfigurationError, ConnectionLostError
 from conveyor.integrations.embedded import RedisProcess
 from conveyor.job import JobState
-from support.cluster import cluster_url, migrate_slot, owner_port, start_cluster
+from support.cluster import add_replica, cluster_url, migrate_slot, owner_port, start_cluster
 from support.servers import ServerFactory
 from support.workers import WorkerRunner
 
@@ -139,3 +139,55 @@ def test_workers_follow_their_slot_when_it_moves(
         assert old.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
     finally:
         old.close()
+
+
+def test_clients_and_workers_follow_a_failover(
+    cluster: list[RedisProcess], wire: str, server_factory: ServerFactory
+) -> None:
+    """The queue's master dies and its replica takes over: the connection loss
+    makes every connection ask the cluster again, and work goes on there."""
+    owner = owner_port(cluster, "conveyor:{fo}:")
+    replica = add_replica(server_factory, cluster, owner)
+    seeds = [n for n in cluster if n.port != owner][:1] + [n for n in cluster if n.port == owner]
+    url = cluster_url(seeds, seeds=2)
+    tasks = Tasks("fo", url=url)
+    ran: list[int] = []
+
+    @tasks.task
+    def work(n: int) -> int:
+        ran.append(n)
+        return n
+
+    runner = WorkerRunner(url)
+    runner.start(tasks, concurrency=4, lease=2.0, idle_wait=1.0)
+    try:
+        with Queue("fo", url=url) as queue:
+            for n in range(100):
+                queue.enqueue("work", n, id=f"j{n}")
+            _wait(lambda: queue.counts()[JobState.COMPLETED] == 100)
+            master = redis.Redis(port=owner)
+            assert master.execute_command("WAIT", 1, 5000) == 1  # the replica has it all
+            master.close()
+            next(n for n in cluster if n.port == owner).kill()
+            t0 = time.monotonic()
+            for n in range(100, 200):
+                _until_ok(lambda n=n: queue.enqueue("work", n, id=f"j{n}"))
+            took = time.monotonic() - t0
+            _wait(lambda: queue.counts()[JobState.COMPLETED] == 200)
+    finally:
+        runner.stop_all()
+    assert owner_port([replica], "conveyor:{fo}:") == replica.port
+    assert sorted(set(ran)) == list(range(200))
+    assert took < 30
+
+
+def _until_ok(call: Callable[[], object], timeout: float = 30.0) -> None:
+    """Retry while the cluster fails over (ConnectionLostError: nothing applied)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            call()
+            return
+        except ConnectionLostError:
+            assert time.monotonic() < deadline, "the cluster did not come back"
+            time.sleep(0.2)

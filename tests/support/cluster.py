@@ -100,3 +100,32 @@ def migrate_slot(nodes: list[RedisProcess], slot: int, to_port: int) -> None:
     finally:
         for client in clients.values():
             client.close()
+
+
+def add_replica(
+    factory: ServerFactory, nodes: list[RedisProcess], master_port: int
+) -> RedisProcess:
+    """A new node that joins the cluster as a replica of the master on `master_port`."""
+    node = factory(
+        port=_free_pair(),
+        extra_args=["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"],
+    )
+    replica, master = redis.Redis(port=node.port), redis.Redis(port=master_port)
+    try:
+        master_id = _node_id(master)
+        replica.execute_command("CLUSTER", "MEET", "127.0.0.1", master_port)
+        deadline = time.monotonic() + 30
+        while True:  # "Unknown node" until the handshake with the master is done
+            try:
+                replica.execute_command("CLUSTER", "REPLICATE", master_id)
+                break
+            except redis.ResponseError:
+                assert time.monotonic() < deadline, "the new node never learned of the master"
+                time.sleep(0.1)
+        while replica.info("replication").get("master_link_status") != "up":
+            assert time.monotonic() < deadline, "the replica never synced"
+            time.sleep(0.1)
+    finally:
+        replica.close()
+        master.close()
+    return node

@@ -77,7 +77,7 @@ class SlotRoute:
         self.slot = slot
         self.connect_timeout = connect_timeout
         self._address: tuple[str, int] | None = None
-        self._masters: list[tuple[str, int]] = []  # every master seen: more seeds
+        self._masters: list[tuple[str, int]] = []  # every node seen: more seeds
         self._lock = threading.Lock()
 
     @classmethod
@@ -151,15 +151,20 @@ class SlotRoute:
         )
 
     def _owner(self, ranges: Sequence[Any], asked: str) -> tuple[str, int] | None:
-        self._masters = []
-        owner = None
-        for start, end, master, *_ in ranges:
-            host = master[0].decode() if isinstance(master[0], bytes) else str(master[0])
-            address = (host or asked, int(master[1]))  # "" means the node asked
-            self._masters.append(address)
+        """The slot's master in a CLUSTER SLOTS reply; every node it names
+        (replicas too: one may be promoted) is remembered as a seed."""
+        nodes, owner = [], None
+        for start, end, *servers in ranges:
+            addresses = [(_text(s[0]) or asked, int(s[1])) for s in servers]  # "": the node asked
+            nodes += addresses
             if int(start) <= self.slot <= int(end):
-                owner = address
+                owner = addresses[0]
+        self._masters = list(dict.fromkeys(nodes))
         return owner
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class _Routed:
