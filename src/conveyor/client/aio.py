@@ -23,6 +23,7 @@ from conveyor.client.core import (
     ScheduleInfo,
     WorkerInfo,
     block_slice,
+    carry_doubt,
     needs_route,
     resolve_url,
     slot_route,
@@ -31,7 +32,7 @@ from conveyor.client.core import (
 from conveyor.client.events import Event, decode_events
 from conveyor.client.transport import AsyncRunner, async_client, translated
 from conveyor.client.wire import AsyncWire
-from conveyor.errors import ConveyorError, UncertainWriteError, WaitTimeoutError
+from conveyor.errors import ConnectionLostError, ConveyorError, WaitTimeoutError
 from conveyor.job import Job, JobState
 from conveyor.protocol import ops
 from conveyor.protocol.keys import PROTOCOL_VERSION
@@ -145,12 +146,22 @@ class AsyncQueue:
     async def _send_enqueues(self, calls: list[ops.Call]) -> list[Any]:
         """Send enqueue calls; when a reply is lost, send the same calls again:
         their request ids make a re-send of an applied call change nothing."""
+        doubt = None
         for delay in RESEND_DELAYS:
             try:
                 return await self._send(calls)
-            except UncertainWriteError:
-                await asyncio.sleep(delay)
-        return await self._send(calls)
+            except ConnectionLostError as exc:
+                doubt = carry_doubt(doubt, exc)
+                if doubt is None:  # nothing was applied: the caller decides
+                    raise
+            await asyncio.sleep(delay)
+        try:
+            return await self._send(calls)
+        except ConnectionLostError as exc:
+            doubt = carry_doubt(doubt, exc)
+            if doubt is None or doubt is exc:
+                raise
+            raise doubt from exc
 
     async def _send(self, calls: list[ops.Call]) -> list[Any]:
         if len(calls) == 1:  # one round trip without a pipeline's overhead

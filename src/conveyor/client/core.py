@@ -18,10 +18,12 @@ from conveyor.client.cluster import SlotRoute, is_cluster_url
 from conveyor.client.wire import Endpoint
 from conveyor.errors import (
     ConfigurationError,
+    ConnectionLostError,
     EvictionPolicyError,
     JobFailedError,
     JobNotFoundError,
     ProtocolVersionError,
+    UncertainWriteError,
     UnknownOptionError,
     UnsupportedServerError,
     ValidationError,
@@ -157,6 +159,19 @@ CONNECTION_OPTIONS: dict[str, Any] = {
 
 # Pauses before re-sending enqueues whose reply was lost (then the error).
 RESEND_DELAYS = (0.05, 0.25, 1.0)
+
+
+def carry_doubt(
+    doubt: UncertainWriteError | None, failure: ConnectionLostError
+) -> UncertainWriteError | None:
+    """Whether an enqueue may have been applied, after one more failed send:
+    a lost reply raises the doubt, and a re-send that never reached Redis
+    (it could not connect) does not lift it. None: nothing was applied."""
+    if isinstance(failure, UncertainWriteError):
+        return failure
+    if doubt is None:
+        return None
+    return UncertainWriteError(f"{doubt}; a re-send then could not reach Redis: {failure}")
 
 
 def connection_options(url: str, **overrides: Any) -> dict[str, Any]:
