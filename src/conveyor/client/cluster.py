@@ -27,7 +27,7 @@ import redis
 import redis.asyncio
 from redis import exceptions as rx
 from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import ExponentialWithJitterBackoff
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.crc import key_slot
 from redis.retry import Retry
 
@@ -134,6 +134,7 @@ class SlotRoute:
                 self.url_for(host, port),
                 socket_connect_timeout=self.connect_timeout,
                 socket_timeout=self.connect_timeout,
+                retry=Retry(NoBackoff(), 0),  # a dead seed: on to the next one at once
             )
             try:
                 ranges = client.execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
