@@ -268,6 +268,9 @@ class Producer:
         self.queue = Queue(queue, url=url, client=client, settings=settings())
         self.aof = aof
         self.acked: set[str] = set()
+        # id -> when the acknowledged call was sent: the ledger's time is when the ack was
+        # recorded, which a busy machine can push past a fault the call came before
+        self.sent_at: dict[str, float] = {}
         self.errors: list[tuple[float, str, float]] = []  # (when, error type, call seconds)
         self.unsure = 0
 
@@ -293,6 +296,7 @@ class Producer:
         size = self.aof() if self.aof is not None else ""
         self.scene.ledger.record_many("enq", [j.id for j in jobs], size)
         self.acked.update(j.id for j in jobs)
+        self.sent_at.update((j.id, started) for j in jobs)
         return True
 
     def send_until_acked(self, jobs: Sequence[Enqueue], timeout: float) -> bool:

@@ -257,7 +257,16 @@ def _aof_cut(
     entries = list(ledger.read(scene.ledger_path))
     t = tally(entries, client, "chaos")
     kept = {e.id for e in entries if e.kind == "enq" and e.mono <= cut_entry.mono}
-    window_ids = {e.id for e in entries if e.kind == "enq" and cut_entry.mono < e.mono <= killed_at}
+    # the window: acknowledged after the cut by a call sent before the kill (its ack may be
+    # recorded a little after the kill when the machine is busy: it still came from the old
+    # server); a call sent after the kill was answered by the restarted server
+    window_ids = {
+        e.id
+        for e in entries
+        if e.kind == "enq"
+        and cut_entry.mono < e.mono
+        and producer.sent_at.get(e.id, e.mono) <= killed_at
+    }
     lost_before_cut = sorted(set(t.lost) & kept)
     lost_in_window = sorted(set(t.lost) & window_ids)
     lost_elsewhere = sorted(set(t.lost) - kept - window_ids)

@@ -170,7 +170,8 @@ class SyncRunner:
                     time.sleep(pause)
                 for name in {calls[i].script for i in again if _no_script(results[i])}:
                     self._load(self.scripts[name])
-                for i, result in zip(again, self._pipeline([calls[i] for i in again]), strict=True):
+                resent = self._pipeline([calls[i] for i in again])
+                for i, result in zip(again, resent, strict=True):
                     results[i] = result
             for result in results:
                 if isinstance(result, Exception):

@@ -178,7 +178,7 @@ class SyncWire:
         self._sock, self._reader = sock, hiredis.Reader()
         try:
             replies = self._exchange(e.handshake())
-        except rx.ConnectionError as exc:
+        except (rx.ConnectionError, rx.TimeoutError) as exc:
             raise handshake_error(str(where), exc) from exc
         for reply in replies[:-1]:  # any reply to the PING will do, even a refusal
             if isinstance(reply, rx.RedisError):
@@ -315,7 +315,7 @@ class AsyncWire:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
                 replies = await self._send(protocol, e.handshake())
-            except rx.ConnectionError as exc:
+            except (rx.ConnectionError, rx.TimeoutError) as exc:
                 transport.close()
                 raise handshake_error(str(where), exc) from exc
             for reply in replies[:-1]:  # any reply to the PING will do, even a refusal
