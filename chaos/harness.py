@@ -34,7 +34,11 @@ from conveyor.protocol.keys import QueueKeys
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 CONVEYOR = BIN / "conveyor"
-FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+# Debian's multiarch path (x86_64-linux-gnu, aarch64-linux-gnu, ...); `make tools` installs it.
+FAKETIME_LIB = next(
+    iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))),
+    Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"),
+)
 EVENTS_MAXLEN = 2_000_000
 _URL_VARS = ("CONVEYOR_REDIS_URL", "REDIS_URL")
 
