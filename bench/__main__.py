@@ -37,7 +37,7 @@ from bench.systems import (
     subprocess_env,
 )
 from bench.venv import ensure_peer_venv, versions
-from conveyor.integrations.embedded import RedisProcess, find_redis_server
+from conveyor.integrations.redis_server import RedisProcess, find_redis_server
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

@@ -33,7 +33,7 @@ import redis
 
 from conveyor import AsyncQueue, JobRequest, Queue
 from conveyor.client.tasks import Tasks
-from conveyor.integrations.embedded import RedisProcess, find_redis_server
+from conveyor.integrations.redis_server import RedisProcess, find_redis_server
 from conveyor.worker import Worker, WorkerSettings
 
 

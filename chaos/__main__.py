@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from chaos.scenarios import load_all, run_scenario
-from conveyor.integrations.embedded import find_redis_server, server_version
+from conveyor.integrations.redis_server import find_redis_server, server_version
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -28,7 +28,7 @@ from chaos.ledger import Ledger
 from conveyor import JobRequest, Queue, QueueSettings
 from conveyor.client.cluster import SlotRoute, is_cluster_url
 from conveyor.errors import ConnectionLostError, UncertainWriteError
-from conveyor.integrations.embedded import RedisProcess, find_redis_server
+from conveyor.integrations.redis_server import RedisProcess, find_redis_server
 from conveyor.protocol.keys import QueueKeys
 
 ROOT = Path(__file__).resolve().parents[1]

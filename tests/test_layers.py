@@ -135,9 +135,9 @@ def test_every_existing_layer_was_scanned() -> None:
     assert {m.path for m in modules} == on_disk and on_disk
     scanned = {layer_of(m.name) for m in modules if m.name != ROOT}
     assert _layers_with_sources(SRC) <= scanned
-    assert "conveyor.integrations.embedded" in {m.name for m in modules}
-    embedded = next(m for m in modules if m.name == "conveyor.integrations.embedded")
-    assert any(target == "subprocess" for _, target in imports(embedded, frozenset()))
+    assert "conveyor.integrations.redis_server" in {m.name for m in modules}
+    server = next(m for m in modules if m.name == "conveyor.integrations.redis_server")
+    assert any(target == "subprocess" for _, target in imports(server, frozenset()))
 
 
 def _layers_with_sources(src: Path) -> set[str]:

