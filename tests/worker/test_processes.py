@@ -15,62 +15,68 @@ from conveyor import JobState, Queue
 from support.workers import spawn_worker, wait_until
 
 
+class Workers:
+    """Worker processes of kill_app for the test's queue; each marks the
+    file `mark` with its pid when it starts a job. All killed at teardown."""
+
+    def __init__(self, url: str, queue_name: str, mark: Path) -> None:
+        self.url = url
+        self.mark = mark
+        self.env = {"TEST_QUEUE": queue_name, "TEST_MARK": str(mark)}
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def spawn(self, *args: str) -> subprocess.Popen[bytes]:
+        proc = spawn_worker("kill_app:tasks", self.url, *args, env=self.env)
+        self.started.append(proc)
+        return proc
+
+    def spawn_into_a_job(self, *args: str) -> subprocess.Popen[bytes]:
+        """Spawn one, and wait until it has started a job."""
+        proc = self.spawn(*args)
+        wait_until(lambda: str(proc.pid) in self.marks(), timeout=20)
+        return proc
+
+    def marks(self) -> list[str]:
+        return self.mark.read_text().split() if self.mark.exists() else []
+
+    def kill_all(self) -> None:
+        for proc in self.started:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+
 @pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-        if proc.stdout is not None:
-            proc.stdout.close()
+def workers(redis_url: str, queue_name: str, tmp_path: Path) -> Iterator[Workers]:
+    spawned = Workers(redis_url, queue_name, tmp_path / "started")
+    try:
+        yield spawned
+    finally:
+        spawned.kill_all()
 
 
-def _mark_lines(path: Path) -> list[str]:
-    return path.read_text().split() if path.exists() else []
-
-
-def test_sigkill_mid_job_another_worker_finishes_it(
-    redis_url: str,
-    queue_name: str,
-    sync_queue: Queue,
-    tmp_path: Path,
-    processes: list[subprocess.Popen[bytes]],
-) -> None:
-    mark = tmp_path / "started"
-    env = {"TEST_QUEUE": queue_name, "TEST_MARK": str(mark)}
+def test_sigkill_mid_job_another_worker_finishes_it(sync_queue: Queue, workers: Workers) -> None:
     done = sync_queue.enqueue("sleepy", {"seconds": 1.0})
-    first = spawn_worker("kill_app:tasks", redis_url, "--lease", "1", env=env)
-    processes.append(first)
-    wait_until(lambda: _mark_lines(mark), timeout=20)
+    first = workers.spawn_into_a_job("--lease", "1")
     os.killpg(first.pid, signal.SIGKILL)
     first.wait(5)
-    second = spawn_worker("kill_app:tasks", redis_url, "--lease", "1", env=env)
-    processes.append(second)
+    second = workers.spawn("--lease", "1")
     result = sync_queue.wait_result(done.id, timeout=30)
     assert result == {"pid": second.pid}
     job = sync_queue.get(done.id)
     assert (job.state, job.attempts, job.stalls) == (JobState.COMPLETED, 2, 1)
-    assert _mark_lines(mark) == [str(first.pid), str(second.pid)]
+    assert workers.marks() == [str(first.pid), str(second.pid)]
 
 
 def test_sigstop_past_the_lease_the_late_completion_is_rejected(
-    redis_url: str,
-    queue_name: str,
-    sync_queue: Queue,
-    tmp_path: Path,
-    processes: list[subprocess.Popen[bytes]],
+    sync_queue: Queue, workers: Workers
 ) -> None:
-    mark = tmp_path / "started"
-    env = {"TEST_QUEUE": queue_name, "TEST_MARK": str(mark)}
     done = sync_queue.enqueue("sleepy", {"seconds": 1.5})
-    frozen = spawn_worker("kill_app:tasks", redis_url, "--lease", "1", env=env)
-    processes.append(frozen)
-    wait_until(lambda: _mark_lines(mark), timeout=20)
+    frozen = workers.spawn_into_a_job("--lease", "1")
     os.killpg(frozen.pid, signal.SIGSTOP)
-    other = spawn_worker("kill_app:tasks", redis_url, "--lease", "1", env=env)
-    processes.append(other)
+    other = workers.spawn("--lease", "1")
     assert sync_queue.wait_result(done.id, timeout=30) == {"pid": other.pid}
     os.killpg(frozen.pid, signal.SIGCONT)
     time.sleep(2.5)  # the thawed worker finishes its sleep and tries to complete
@@ -84,19 +90,9 @@ def test_sigstop_past_the_lease_the_late_completion_is_rejected(
     assert "lease lost" in output
 
 
-def test_sigterm_lets_the_running_job_finish(
-    redis_url: str,
-    queue_name: str,
-    sync_queue: Queue,
-    tmp_path: Path,
-    processes: list[subprocess.Popen[bytes]],
-) -> None:
-    mark = tmp_path / "started"
-    env = {"TEST_QUEUE": queue_name, "TEST_MARK": str(mark)}
+def test_sigterm_lets_the_running_job_finish(sync_queue: Queue, workers: Workers) -> None:
     done = sync_queue.enqueue("sleepy", {"seconds": 0.5})
-    worker = spawn_worker("kill_app:tasks", redis_url, "--grace", "5", env=env)
-    processes.append(worker)
-    wait_until(lambda: _mark_lines(mark), timeout=20)
+    worker = workers.spawn_into_a_job("--grace", "5")
     os.killpg(worker.pid, signal.SIGTERM)
     assert worker.wait(10) == 0
     assert sync_queue.get(done.id).state is JobState.COMPLETED

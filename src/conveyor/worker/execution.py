@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import traceback
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,28 +71,16 @@ def failure_of(exc: BaseException) -> Failure:
     return Failure(describe(exc), permanent, _retry_delay(exc))
 
 
-async def _call(running: Running, executor: Executor | None) -> Any:
-    assert running.handler is not None
-    fn = running.handler.fn
-    data = running.ctx.data
-    if running.handler.is_async:
-        return await fn(data)
-    # Sync handlers run in the pool with a copy of this context, so
-    # current_job() works there too.
-    context = contextvars.copy_context()
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(executor, context.run, fn, data)
-
-
-async def execute(running: Running, executor: Executor | None) -> Outcome:
-    """Run the handler under its timeout; never raises but CancelledError."""
+async def execute(
+    running: Running, executor: Executor | None, on_suspend: Callable[[], None]
+) -> Outcome:
+    """Run the handler under its timeout; never raises but CancelledError.
+    `on_suspend` is called once if the handler does not finish at once."""
     if running.problem is not None:
         return Failure(running.problem, True, None)
     set_current(running.ctx)
     try:
-        async with asyncio.timeout(running.timeout) as scope:
-            running.scope = scope
-            result = await _call(running, executor)
+        result = await _run(running, executor, on_suspend)
         if result is None:  # the common case of handlers with nothing to return
             return Success("null")
         return Success(serializers.dumps(result, what="the result"))
@@ -106,3 +96,60 @@ async def execute(running: Running, executor: Executor | None) -> Outcome:
     finally:
         running.scope = None
         set_current(None)
+
+
+async def _run(running: Running, executor: Executor | None, on_suspend: Callable[[], None]) -> Any:
+    """The handler's result. An async handler is started by hand: most finish
+    without suspending, and those need no timer (arming and cancelling one
+    costs about as much as the rest of a no-op job). One that suspends, and
+    every sync handler, runs on under its deadline, counted from its start,
+    so a timeout or a lost lease (Running.scope) can still cancel it."""
+    assert running.handler is not None
+    fn = running.handler.fn
+    data = running.ctx.data
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    rest: Awaitable[Any]
+    if running.handler.is_async:
+        coro = fn(data)
+        if type(coro) is types.CoroutineType:
+            try:
+                suspended_on = coro.send(None)
+            except StopIteration as done:
+                return done.value
+            rest = _resume(coro, suspended_on)
+        else:  # some other awaitable: awaited as it is
+            rest = coro
+    else:
+        # Sync handlers run in the pool with a copy of this context, so
+        # current_job() works there too.
+        context = contextvars.copy_context()
+        rest = loop.run_in_executor(executor, context.run, fn, data)
+    on_suspend()
+    deadline = None if running.timeout is None else started + running.timeout
+    async with asyncio.timeout_at(deadline) as scope:
+        running.scope = scope
+        return await rest
+
+
+@types.coroutine
+def _resume(coro: Coroutine[Any, Any, Any], suspended_on: Any) -> Generator[Any, Any, Any]:
+    """Drive on a coroutine that was started by hand and suspended on
+    `suspended_on`, from the awaiting task: what the task sends or throws in
+    (a timeout's or a lost lease's cancellation too) goes on to the handler."""
+    while True:
+        try:
+            sent = yield suspended_on
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:
+            try:
+                suspended_on = coro.throw(exc)
+            except StopIteration as done:
+                return done.value
+        else:
+            try:
+                suspended_on = coro.send(sent)
+            except StopIteration as done:
+                return done.value

@@ -1,9 +1,7 @@
-"""The worker: wait for jobs, claim them in batches, run them, acknowledge,
-and shut down without losing any.
-
-Concurrency: `concurrency` runner coroutines take claimed jobs from a local
-inbox; sync handlers run in a thread pool of the same size. A heartbeat
-thread renews leases and reaps expired ones; an ack buffer writes outcomes.
+"""The worker: wait for jobs, claim them in batches, hand them to its job
+pool (pool.py: the runners, acknowledgements, giving back at shutdown), and
+stop without losing any. A heartbeat thread renews leases and reaps expired
+ones.
 """
 
 from __future__ import annotations
@@ -17,14 +15,12 @@ import random
 import signal
 import socket
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 import redis.asyncio
 
-from conveyor import serializers
 from conveyor.client.aio import AsyncQueue
 from conveyor.client.core import SOCKET_TIMEOUT, resolve_url, wire_endpoint
 from conveyor.client.sync import connect as connect_sync
@@ -34,10 +30,8 @@ from conveyor.client.wire import SyncWire
 from conveyor.errors import ConfigurationError, ConnectionLostError, ConveyorError
 from conveyor.protocol import ops
 from conveyor.timeutil import to_ms
-from conveyor.worker.acks import AckBuffer
-from conveyor.worker.context import JobContext
-from conveyor.worker.execution import Running, execute
 from conveyor.worker.heartbeat import Heartbeat
+from conveyor.worker.pool import JobPool, log_failure
 from conveyor.worker.waiting import Blocker, advance
 
 log = logging.getLogger("conveyor.worker")
@@ -77,25 +71,27 @@ class Worker:
         self.settings = settings or WorkerSettings()
         self.url = resolve_url(url or tasks.url)
         self.id = f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
-        self.processed = 0
-        self.failed = 0
         self._started = time.time()
-        self._held: dict[str, Running] = {}
-        self._in_flight = 0
+        self._jobs: JobPool | None = None
         self._stopping = False
         self._hard_stop = asyncio.Event()
         self._slot_freed = asyncio.Event()
-        self._all_done = asyncio.Event()
         self._wait_task: asyncio.Task[Any] | None = None
         self._wake_task: asyncio.Future[None] | None = None
         self._suspect: str | None = None  # a job that stalled before, running here
         self._side_tasks: set[asyncio.Future[Any]] = set()
-        self._inbox: asyncio.Queue[Running] = asyncio.Queue()
-        self._executor = ThreadPoolExecutor(
-            self.settings.concurrency, thread_name_prefix="conveyor-job"
-        )
 
     # --- public ----------------------------------------------------------------
+
+    @property
+    def processed(self) -> int:
+        """Jobs completed by this worker."""
+        return 0 if self._jobs is None else self._jobs.processed
+
+    @property
+    def failed(self) -> int:
+        """Jobs whose failure this worker wrote (retried or failed for good)."""
+        return 0 if self._jobs is None else self._jobs.failed
 
     def run_sync(self) -> None:
         """Run until stopped (SIGTERM / SIGINT), or drained with burst."""
@@ -135,23 +131,30 @@ class Worker:
         )
         self._queue = queue
         self._runner = queue.runner
-        self._acks = AckBuffer(self._runner, queue.core, self._written)
+        jobs = JobPool(
+            queue,
+            worker_id=self.id,
+            handlers=self.handlers,
+            concurrency=self.settings.concurrency,
+            lease=self.settings.lease,
+            freed=self._slot_freed,
+        )
+        self._jobs = jobs
         beat_wire = None if endpoint is None else SyncWire(endpoint)
-        heartbeat = self._heartbeat(SyncRunner(sync_client, queue.core.scripts, beat_wire))
+        heartbeat = self._heartbeat(SyncRunner(sync_client, queue.core.scripts, beat_wire), jobs)
         loop = asyncio.get_running_loop()
-        self._loop = loop
         self._install_signals(loop)
         try:
             await self._connect(queue)
             heartbeat.start()
-            await self._serve()
+            await self._serve(jobs)
         finally:
             heartbeat.stop()
+            await jobs.close()
             self._remove_signals(loop)
             with contextlib.suppress(redis.RedisError, OSError):
                 await asyncio.to_thread(heartbeat.leave)
                 await queue.client.delete(queue.core.keys.wake(self.id))
-            self._executor.shutdown(wait=False, cancel_futures=True)
             await self._blocker.close()
             await queue.close()
             sync_client.close()
@@ -187,7 +190,7 @@ class Worker:
             return self.tasks.failure_handlers
         return self.tasks.handlers
 
-    def _heartbeat(self, runner: SyncRunner) -> Heartbeat:
+    def _heartbeat(self, runner: SyncRunner, jobs: JobPool) -> Heartbeat:
         loop = asyncio.get_running_loop()
         return Heartbeat(
             runner=runner,
@@ -196,8 +199,8 @@ class Worker:
             lease_ms=to_ms(self.settings.lease),
             interval=self.settings.beat_every,
             info=self._info,
-            leases=lambda: [(i, r.ctx.token) for i, r in list(self._held.items())],
-            on_lost=lambda ids: _call_soon(loop, self._lose, ids),
+            leases=jobs.leases,
+            on_lost=lambda ids: _call_soon(loop, jobs.lose, ids),
         )
 
     def _info(self) -> str:
@@ -232,18 +235,14 @@ class Worker:
 
     # --- the main loop -------------------------------------------------------------
 
-    async def _serve(self) -> None:
-        runners = [asyncio.create_task(self._run_jobs()) for _ in range(self.settings.concurrency)]
-        flusher = asyncio.create_task(self._acks.run())
-        for task in [*runners, flusher]:
-            task.add_done_callback(self._died)
-        try:
-            await self._claim_loop()
-            await self._shut_down()
-        finally:
-            for task in [*runners, flusher]:
-                task.cancel()
-            await asyncio.gather(*runners, flusher, return_exceptions=True)
+    async def _serve(self, jobs: JobPool) -> None:
+        jobs.start(self._died)
+        await self._claim_loop()
+        await jobs.shut_down(grace=self.settings.grace, hard_stop=self._hard_stop)
+
+    @property
+    def _in_flight(self) -> int:
+        return 0 if self._jobs is None else self._jobs.in_flight
 
     def _died(self, task: asyncio.Task[Any]) -> None:
         """A runner or the ack writer must never end on its own: if one does,
@@ -324,11 +323,11 @@ class Worker:
         """Take in the jobs a claim leased."""
         reply = ops.decode_claim(raw)
         token = call.args[3]
-        assert isinstance(token, str)
+        assert isinstance(token, str) and self._jobs is not None
         for claimed in reply.jobs:
             if claimed.stalls:
                 self._suspect = claimed.id  # claim.lua gave it to us alone
-            self._accept(claimed, token)
+            self._jobs.accept(claimed, token)
             if claimed.schedule:
                 self._background(advance(self._queue, claimed, reply.now_ms))
         return reply
@@ -337,7 +336,7 @@ class Worker:
         task = asyncio.ensure_future(coro)
         self._side_tasks.add(task)
         task.add_done_callback(self._side_tasks.discard)
-        task.add_done_callback(_log_failure)
+        task.add_done_callback(log_failure)
 
     async def _wait_for_work(self, reply: ops.ClaimReply) -> None:
         """Block on the wake marker until an enqueue, the next due time, or
@@ -378,149 +377,6 @@ class Worker:
             self._claimed(call, replies[1])
         return replies[0]
 
-    # --- jobs --------------------------------------------------------------------
-
-    def _accept(self, claimed: ops.ClaimedJob, token: str) -> None:
-        handler = self.handlers.get(claimed.task or "")
-        problem, data = None, None
-        if handler is None:
-            problem = f"UnknownTaskError: no task {claimed.task!r} in this worker"
-        else:
-            try:
-                data = serializers.loads(claimed.data or b"")
-            except ValueError as exc:  # UnicodeDecodeError and deep nesting included
-                problem = f"UndecodableDataError: job data is not JSON: {exc}"
-        timeout_ms = claimed.timeout_ms or 0
-        ctx = JobContext(
-            id=claimed.id,
-            queue=self.tasks.queue_name,
-            task=claimed.task or "",
-            data=data,
-            attempt=claimed.attempts,
-            token=token,
-            worker_id=self.id,
-            report_progress=self._progress,
-        )
-        running = Running(ctx, timeout_ms / 1000 if timeout_ms > 0 else None, handler, problem)
-        self._held[claimed.id] = running
-        self._in_flight += 1
-        self._all_done.clear()
-        self._inbox.put_nowait(running)
-
-    async def _run_jobs(self) -> None:
-        while True:
-            running = await self._inbox.get()
-            try:
-                if not running.ctx.lost:
-                    outcome = await execute(running, self._executor)
-                    if running.pending:
-                        await asyncio.gather(*running.pending, return_exceptions=True)
-                    if outcome is not None:
-                        self._acks.add(running.ctx.id, running.ctx.token, outcome)
-                        continue
-                self._held.pop(running.ctx.id, None)
-            finally:
-                self._in_flight -= 1
-                self._slot_freed.set()
-                if not self._in_flight:
-                    self._all_done.set()
-
-    def _written(self, job_id: str, what: str) -> None:
-        """An outcome reached Redis (or was given up): stop holding the lease."""
-        self._held.pop(job_id, None)
-        if what == "lost":
-            log.warning("job %s: lease lost before its outcome was written; discarded", job_id)
-        elif what == "failed":
-            self.failed += 1
-        elif what == "completed":
-            self.processed += 1
-
-    def _lose(self, ids: list[str]) -> None:
-        """The heartbeat found these leases gone: stop their handlers."""
-        for job_id in ids:
-            running = self._held.get(job_id)
-            if running is None:
-                continue
-            log.warning("job %s: lease lost (expired or taken over); stopping it", job_id)
-            running.ctx.lost = True
-            if running.scope is not None:
-                running.scope.reschedule(asyncio.get_running_loop().time())
-
-    def _progress(self, ctx: JobContext, fraction: float) -> None:
-        """Write progress from a handler: async handlers go on at once, sync
-        ones (in a pool thread) wait for the write."""
-        running = self._held.get(ctx.id)
-        core = self._queue.core
-        call = ops.progress(
-            core.keys,
-            job_id=ctx.id,
-            token=ctx.token,
-            value=fraction,
-            events_maxlen=core.settings.events_maxlen,
-        )
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # a sync handler's thread
-            future = asyncio.run_coroutine_threadsafe(self._runner.run(call), self._loop)
-            try:
-                future.result(timeout=self.settings.lease)
-            except Exception as exc:  # progress is best effort: the job goes on
-                log.warning("progress update failed: %s", exc)
-            return
-        task = asyncio.ensure_future(self._runner.run(call))
-        task.add_done_callback(_log_failure)
-        if running is not None:
-            running.pending.append(task)
-
-    # --- shutdown ------------------------------------------------------------------
-
-    async def _shut_down(self) -> None:
-        """Give back what never started, let running jobs finish within the
-        grace period, give back the rest at once, write every outcome."""
-        unstarted = []
-        while not self._inbox.empty():
-            running = self._inbox.get_nowait()
-            unstarted.append(running)
-            self._in_flight -= 1
-        await self._release(unstarted, started=False)
-        if self._in_flight:
-            waiting = asyncio.create_task(self._all_done.wait())
-            hard = asyncio.create_task(self._hard_stop.wait())
-            await asyncio.wait(
-                [waiting, hard], timeout=self.settings.grace, return_when=asyncio.FIRST_COMPLETED
-            )
-            waiting.cancel()
-            hard.cancel()
-        leftovers = [r for r in self._held.values() if not r.ctx.lost and r.scope is not None]
-        now = asyncio.get_running_loop().time()
-        for running in leftovers:
-            running.ctx.lost = True  # its writes are dropped: it goes back to the queue
-            if running.scope is not None:
-                running.scope.reschedule(now)
-        await self._release(leftovers, started=True)
-        await self._acks.drained()
-
-    async def _release(self, runnings: list[Running], *, started: bool) -> None:
-        if not runnings:
-            return
-        core = self._queue.core
-        leases = [(r.ctx.id, r.ctx.token, started) for r in runnings]
-        call = ops.release(core.keys, leases, events_maxlen=core.settings.events_maxlen)
-        try:
-            await self._runner.run(call)
-        except ConnectionLostError as exc:
-            log.warning(
-                "could not give back %d job(s) (%s): they return on lease expiry", len(leases), exc
-            )
-        for job_id, _, _ in leases:
-            self._held.pop(job_id, None)
-        log.info("gave back %d unfinished job(s)", len(leases))
-
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
     loop.call_soon_threadsafe(fn, *args)
-
-
-def _log_failure(future: Any) -> None:
-    if not future.cancelled() and future.exception() is not None:
-        log.warning("background write failed: %s", future.exception())

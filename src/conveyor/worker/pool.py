@@ -1,0 +1,271 @@
+"""The jobs a worker holds a lease on, from claim to acknowledgement: the
+runners that run them, their progress writes, lost leases, and giving back
+the unfinished ones at shutdown.
+
+`concurrency` runner coroutines take accepted jobs from an inbox. A runner
+runs job after job while each finishes without suspending (most async
+handlers: see execution.py); before one suspends (it awaits I/O, or it is a
+sync handler on the thread pool), it wakes an idle runner for the jobs behind
+it. A batch of quick jobs so costs one wake-up, not one per job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from conveyor import serializers
+from conveyor.client.aio import AsyncQueue
+from conveyor.client.tasks import Task
+from conveyor.errors import ConnectionLostError
+from conveyor.protocol import ops
+from conveyor.worker.acks import AckBuffer
+from conveyor.worker.context import JobContext
+from conveyor.worker.execution import Running, execute
+
+log = logging.getLogger("conveyor.worker")
+
+
+class Inbox:
+    """Accepted jobs waiting for a runner. At most one idle runner is woken
+    at a time: it takes the jobs one after another, and a runner about to
+    suspend hands the rest on to the next (`hand_on`)."""
+
+    def __init__(self) -> None:
+        self._jobs: deque[Running] = deque()
+        self._idle: deque[asyncio.Future[None]] = deque()
+        self._waking = False  # a runner was woken and has not looked yet
+
+    def put(self, running: Running) -> None:
+        self._jobs.append(running)
+        self.hand_on()
+
+    def hand_on(self) -> None:
+        """Wake an idle runner if jobs wait and none is on its way already."""
+        if not self._jobs or self._waking:
+            return
+        while self._idle:
+            waiter = self._idle.popleft()
+            if not waiter.done():  # not a runner cancelled while idle
+                waiter.set_result(None)
+                self._waking = True
+                return
+
+    async def get(self) -> Running:
+        while not self._jobs:
+            waiter = asyncio.get_running_loop().create_future()
+            self._idle.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():  # woken, then cancelled
+                    self._waking = False
+                    self.hand_on()
+                with contextlib.suppress(ValueError):
+                    self._idle.remove(waiter)
+                raise
+            self._waking = False
+        return self._jobs.popleft()
+
+    def take_all(self) -> list[Running]:
+        jobs = list(self._jobs)
+        self._jobs.clear()
+        return jobs
+
+
+class JobPool:
+    """The jobs this worker holds, and the runners that run them."""
+
+    def __init__(
+        self,
+        queue: AsyncQueue,
+        *,
+        worker_id: str,
+        handlers: dict[str, Task[Any, Any]],
+        concurrency: int,
+        lease: float,
+        freed: asyncio.Event,
+    ) -> None:
+        self.held: dict[str, Running] = {}
+        self.in_flight = 0  # accepted and not finished yet
+        self.processed = 0
+        self.failed = 0
+        self._queue = queue
+        self._queue_name = queue.name
+        self._worker_id = worker_id
+        self._handlers = handlers
+        self._concurrency = concurrency
+        self._lease = lease
+        self._freed = freed  # set whenever a job finishes
+        self._all_done = asyncio.Event()
+        self._all_done.set()
+        self._inbox = Inbox()
+        self._acks = AckBuffer(queue.runner, queue.core, self._written)
+        self._executor = ThreadPoolExecutor(concurrency, thread_name_prefix="conveyor-job")
+        self._loop = asyncio.get_running_loop()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._report_progress = self._progress
+
+    def start(self, on_died: Callable[[asyncio.Task[None]], None]) -> None:
+        """Start the runners and the ack writer; `on_died` if one ends."""
+        runners = [self._run_jobs() for _ in range(self._concurrency)]
+        self._tasks = [asyncio.create_task(c) for c in [*runners, self._acks.run()]]
+        for task in self._tasks:
+            task.add_done_callback(on_died)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def leases(self) -> list[tuple[str, str]]:
+        """(job id, token) of every lease held; read by the heartbeat thread."""
+        return [(i, r.ctx.token) for i, r in list(self.held.items())]
+
+    # --- running ---------------------------------------------------------------------
+
+    def accept(self, claimed: ops.ClaimedJob, token: str) -> None:
+        """Hold a claimed job and queue it for a runner."""
+        handler = self._handlers.get(claimed.task or "")
+        problem, data = None, None
+        if handler is None:
+            problem = f"UnknownTaskError: no task {claimed.task!r} in this worker"
+        else:
+            try:
+                data = serializers.loads(claimed.data or b"")
+            except ValueError as exc:  # UnicodeDecodeError and deep nesting included
+                problem = f"UndecodableDataError: job data is not JSON: {exc}"
+        timeout_ms = claimed.timeout_ms or 0
+        ctx = JobContext(
+            id=claimed.id,
+            queue=self._queue_name,
+            task=claimed.task or "",
+            data=data,
+            attempt=claimed.attempts,
+            token=token,
+            worker_id=self._worker_id,
+            report_progress=self._report_progress,
+        )
+        running = Running(ctx, timeout_ms / 1000 if timeout_ms > 0 else None, handler, problem)
+        self.held[claimed.id] = running
+        self.in_flight += 1
+        self._all_done.clear()
+        self._inbox.put(running)
+
+    async def _run_jobs(self) -> None:
+        """One runner: take jobs from the inbox and run them, one at a time."""
+        inbox = self._inbox
+        while True:
+            running = await inbox.get()
+            try:
+                if not running.ctx.lost:  # its lease may have gone while it waited
+                    outcome = await execute(running, self._executor, inbox.hand_on)
+                    if running.pending:  # progress writes first, or the ended run refuses them
+                        inbox.hand_on()
+                        await asyncio.gather(*running.pending, return_exceptions=True)
+                    if outcome is not None:
+                        self._acks.add(running.ctx.id, running.ctx.token, outcome)
+                        continue
+                self.held.pop(running.ctx.id, None)
+            finally:
+                self.in_flight -= 1
+                self._freed.set()
+                if not self.in_flight:
+                    self._all_done.set()
+
+    def _written(self, job_id: str, what: str) -> None:
+        """An outcome reached Redis (or was given up): stop holding the lease."""
+        self.held.pop(job_id, None)
+        if what == "lost":
+            log.warning("job %s: lease lost before its outcome was written; discarded", job_id)
+        elif what == "failed":
+            self.failed += 1
+        elif what == "completed":
+            self.processed += 1
+
+    def lose(self, ids: list[str]) -> None:
+        """The heartbeat found these leases gone: stop their handlers."""
+        for job_id in ids:
+            running = self.held.get(job_id)
+            if running is None:
+                continue
+            log.warning("job %s: lease lost (expired or taken over); stopping it", job_id)
+            running.ctx.lost = True
+            if running.scope is not None:
+                running.scope.reschedule(self._loop.time())
+
+    def _progress(self, ctx: JobContext, fraction: float) -> None:
+        """Write progress from a handler: async handlers go on at once, sync
+        ones (in a pool thread) wait for the write."""
+        running = self.held.get(ctx.id)
+        core = self._queue.core
+        call = ops.progress(
+            core.keys,
+            job_id=ctx.id,
+            token=ctx.token,
+            value=fraction,
+            events_maxlen=core.settings.events_maxlen,
+        )
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a sync handler's thread
+            future = asyncio.run_coroutine_threadsafe(self._queue.runner.run(call), self._loop)
+            try:
+                future.result(timeout=self._lease)
+            except Exception as exc:  # progress is best effort: the job goes on
+                log.warning("progress update failed: %s", exc)
+            return
+        task = asyncio.ensure_future(self._queue.runner.run(call))
+        task.add_done_callback(log_failure)
+        if running is not None:
+            running.pending.append(task)
+
+    # --- shutdown ----------------------------------------------------------------------
+
+    async def shut_down(self, *, grace: float, hard_stop: asyncio.Event) -> None:
+        """Give back what never started, let running jobs finish within the
+        grace period, give back the rest at once, write every outcome."""
+        unstarted = self._inbox.take_all()
+        self.in_flight -= len(unstarted)
+        await self._release(unstarted, started=False)
+        if self.in_flight:
+            waiting = asyncio.create_task(self._all_done.wait())
+            hard = asyncio.create_task(hard_stop.wait())
+            await asyncio.wait([waiting, hard], timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+            waiting.cancel()
+            hard.cancel()
+        leftovers = [r for r in self.held.values() if not r.ctx.lost and r.scope is not None]
+        now = self._loop.time()
+        for running in leftovers:
+            running.ctx.lost = True  # its writes are dropped: it goes back to the queue
+            if running.scope is not None:
+                running.scope.reschedule(now)
+        await self._release(leftovers, started=True)
+        await self._acks.drained()
+
+    async def _release(self, runnings: list[Running], *, started: bool) -> None:
+        if not runnings:
+            return
+        core = self._queue.core
+        leases = [(r.ctx.id, r.ctx.token, started) for r in runnings]
+        call = ops.release(core.keys, leases, events_maxlen=core.settings.events_maxlen)
+        try:
+            await self._queue.runner.run(call)
+        except ConnectionLostError as exc:
+            log.warning(
+                "could not give back %d job(s) (%s): they return on lease expiry", len(leases), exc
+            )
+        for job_id, _, _ in leases:
+            self.held.pop(job_id, None)
+        log.info("gave back %d unfinished job(s)", len(leases))
+
+
+def log_failure(future: Any) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.warning("background write failed: %s", future.exception())
