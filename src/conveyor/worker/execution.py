@@ -6,7 +6,7 @@ import asyncio
 import contextvars
 import traceback
 import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,18 +71,31 @@ def failure_of(exc: BaseException) -> Failure:
     return Failure(describe(exc), permanent, _retry_delay(exc))
 
 
+NOTHING = Success("null")  # the outcome of the many handlers that return nothing
+
+
 async def execute(
     running: Running, executor: Executor | None, on_suspend: Callable[[], None]
 ) -> Outcome:
     """Run the handler under its timeout; never raises but CancelledError.
-    `on_suspend` is called once if the handler does not finish at once."""
+    `on_suspend` is called once if the handler does not finish at once: it
+    then runs on under its deadline, counted from its start, so a timeout or
+    a lost lease (Running.scope) can still cancel it."""
     if running.problem is not None:
         return Failure(running.problem, True, None)
     set_current(running.ctx)
     try:
-        result = await _run(running, executor, on_suspend)
-        if result is None:  # the common case of handlers with nothing to return
-            return Success("null")
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        finished, result = _start(running, loop, executor)
+        if not finished:
+            on_suspend()
+            deadline = None if running.timeout is None else started + running.timeout
+            async with asyncio.timeout_at(deadline) as scope:
+                running.scope = scope
+                result = await result
+        if result is None:
+            return NOTHING
         return Success(serializers.dumps(result, what="the result"))
     except TimeoutError as exc:
         if running.ctx.lost:
@@ -98,38 +111,29 @@ async def execute(
         set_current(None)
 
 
-async def _run(running: Running, executor: Executor | None, on_suspend: Callable[[], None]) -> Any:
-    """The handler's result. An async handler is started by hand: most finish
-    without suspending, and those need no timer (arming and cancelling one
-    costs about as much as the rest of a no-op job). One that suspends, and
-    every sync handler, runs on under its deadline, counted from its start,
-    so a timeout or a lost lease (Running.scope) can still cancel it."""
+def _start(
+    running: Running, loop: asyncio.AbstractEventLoop, executor: Executor | None
+) -> tuple[bool, Any]:
+    """Start the handler: (True, its result) if it finished at once, else
+    (False, an awaitable of the rest). An async handler is started by hand:
+    most finish without suspending, and those need no timer (arming and
+    cancelling one costs about as much as the rest of a no-op job)."""
     assert running.handler is not None
     fn = running.handler.fn
     data = running.ctx.data
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    rest: Awaitable[Any]
-    if running.handler.is_async:
-        coro = fn(data)
-        if type(coro) is types.CoroutineType:
-            try:
-                suspended_on = coro.send(None)
-            except StopIteration as done:
-                return done.value
-            rest = _resume(coro, suspended_on)
-        else:  # some other awaitable: awaited as it is
-            rest = coro
-    else:
+    if not running.handler.is_async:
         # Sync handlers run in the pool with a copy of this context, so
         # current_job() works there too.
         context = contextvars.copy_context()
-        rest = loop.run_in_executor(executor, context.run, fn, data)
-    on_suspend()
-    deadline = None if running.timeout is None else started + running.timeout
-    async with asyncio.timeout_at(deadline) as scope:
-        running.scope = scope
-        return await rest
+        return False, loop.run_in_executor(executor, context.run, fn, data)
+    coro = fn(data)
+    if type(coro) is not types.CoroutineType:  # some other awaitable: awaited as it is
+        return False, coro
+    try:
+        suspended_on = coro.send(None)
+    except StopIteration as done:
+        return True, done.value
+    return False, _resume(coro, suspended_on)
 
 
 @types.coroutine
