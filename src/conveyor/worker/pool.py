@@ -109,7 +109,6 @@ class JobPool:
         self._executor = ThreadPoolExecutor(concurrency, thread_name_prefix="conveyor-job")
         self._loop = asyncio.get_running_loop()
         self._tasks: list[asyncio.Task[None]] = []
-        self._report_progress = self._progress
 
     def start(self, on_died: Callable[[asyncio.Task[None]], None]) -> None:
         """Start the runners and the ack writer; `on_died` if one ends."""
@@ -150,7 +149,7 @@ class JobPool:
             attempt=claimed.attempts,
             token=token,
             worker_id=self._worker_id,
-            report_progress=self._report_progress,
+            report_progress=self._progress,
         )
         running = Running(ctx, timeout_ms / 1000 if timeout_ms > 0 else None, handler, problem)
         self.held[claimed.id] = running

@@ -90,7 +90,7 @@ class Worker:
 
     @property
     def failed(self) -> int:
-        """Jobs whose failure this worker wrote (retried or failed for good)."""
+        """Jobs this worker failed for good (retries not counted)."""
         return 0 if self._jobs is None else self._jobs.failed
 
     def run_sync(self) -> None:
