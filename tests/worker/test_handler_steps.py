@@ -91,6 +91,18 @@ def test_a_handler_that_suspends_past_its_timeout_is_cancelled() -> None:
     assert (seen, suspended) == (["cancelled"], 1)
 
 
+def test_a_handler_entering_its_own_timeout_before_suspending_gets_it() -> None:
+    async def own_timeout(data: Any) -> str:
+        try:
+            async with asyncio.timeout(0.05):  # entered in the hand-driven first step
+                await asyncio.sleep(5)
+        except TimeoutError:
+            return "its own timeout"
+        return "slept"
+
+    assert _execute(_running(own_timeout, timeout=10)) == (Success('"its own timeout"'), 1)
+
+
 def test_the_deadline_counts_from_the_start_not_from_the_first_suspension() -> None:
     async def busy_then_waits(data: Any) -> str:
         until = time.monotonic() + 0.3
