@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from conveyor.protocol import ops
@@ -36,6 +38,29 @@ def test_creates_a_waiting_job_field_by_field(q: Proto) -> None:
     assert q.marker_set()
     assert q.events() == [{"event": "created", "id": "a", "state": "waiting"}]
     assert q.r.hget(q.keys.meta, "seq") == b"1"
+
+
+def test_a_record_stores_only_what_differs_from_the_defaults(q: Proto) -> None:
+    """Protocol 4.1: options at their record default, the zero counters and a
+    run_at equal to created_at are left out (a small record stays a listpack)."""
+    q.enqueue_specs([q.spec("a", "send", {"to": "x"}, max_failures=3, timeout=300)])
+    stored = q.stored("a")
+    created = stored.pop("created_at")
+    assert stored.pop("req")
+    assert stored == {"state": "waiting", "task": "send", "data": '{"to":"x"}',
+                      "seq": str(HALF + 1)}  # fmt: skip
+    assert q.job("a")["run_at"] == created  # a reader fills the defaults in
+    assert q.r.object("encoding", q.keys.job("a")) in (b"listpack", b"ziplist")
+
+
+def test_an_id_the_producer_generated_is_created_like_a_given_one(q: Proto) -> None:
+    spec = q.spec("x")
+    fresh = dataclasses.replace(spec, given_id=False)
+    assert fresh.argv()[-1] == ""  # nothing differs from the defaults
+    assert [(o.outcome, o.state) for o in q.enqueue_specs([fresh])] == [("created", "waiting")]
+    assert q.members(q.keys.ready) == ["x"]
+    # a re-send of the same call is still recognised by its request id
+    assert [o.outcome for o in q.enqueue_specs([fresh])] == ["exists"]
 
 
 def test_same_priority_is_fifo(q: Proto) -> None:

@@ -228,24 +228,21 @@ def test_the_backoff_wins_over_an_earlier_merged_run_at(q: Proto) -> None:
     assert due is not None and due >= before + 20_000
 
 
-def test_a_record_missing_its_options_fails_for_good_instead_of_erroring(q: Proto) -> None:
+def test_a_record_missing_its_options_fails_by_the_record_defaults(q: Proto) -> None:
+    """A record leaves out options at their defaults (protocol 4.1): max_failures
+    3, min_backoff 1 s, so a first failure retries after about a second."""
     q.start("a", token="t")
     q.r.hdel(q.keys.job("a"), "max_failures", "min_backoff", "max_backoff")
-    assert q.fail("a", "t") == "failed"
-    assert q.job("a")["state"] == "failed"
+    before = q.now()
+    assert q.fail("a", "t", jitter=0.0) == "delayed"
+    due = q.score(q.keys.scheduled, "a")
+    assert due is not None and before + 1000 <= due <= q.now() + 1000
     assert q.members(q.keys.active) == []
 
 
-def test_a_record_missing_its_backoffs_retries_at_once(q: Proto) -> None:
-    q.start("a", token="t", max_failures=3)
-    q.r.hdel(q.keys.job("a"), "min_backoff", "max_backoff")
-    assert q.fail("a", "t") == "retried"
-    assert q.members(q.keys.ready) == ["a"]
-
-
-def test_non_numeric_options_fall_back_instead_of_raising(q: Proto) -> None:
+def test_non_numeric_options_fall_back_to_the_defaults_instead_of_raising(q: Proto) -> None:
     q.start("a", token="t")
     q.r.hset(q.keys.job("a"), mapping={"max_failures": "lots", "min_backoff": "x"})
-    assert q.fail("a", "t") == "failed"  # max_failures falls back to 1
-    assert q.job("a")["state"] == "failed"
+    assert q.fail("a", "t") == "delayed"  # max_failures falls back to 3: retries left
+    assert q.job("a")["state"] == "delayed"
     assert q.members(q.keys.active) == []

@@ -55,6 +55,7 @@
 -- Complexity: O((promote + count + 32) * log N).
 
 -- @include common
+-- @include record
 
 local meta, ready, scheduled, active = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local marker, events, failed = KEYS[6], KEYS[7], KEYS[8]
@@ -68,6 +69,10 @@ local FIELDS = {'state', 'task', 'data', 'attempts', 'failures', 'stalls', 'max_
                 'max_stalls', 'min_backoff', 'max_backoff', 'timeout', 'priority', 'created_at',
                 'schedule', 'group'}
 local RETURNED = 14
+-- Returned fields a record leaves out when they hold their default, by position.
+local DEFAULTED = {[5] = 'failures', [6] = 'stalls', [7] = 'max_failures', [8] = 'max_stalls',
+                   [9] = 'min_backoff', [10] = 'max_backoff', [11] = 'timeout',
+                   [12] = 'priority'}
 local KNOWN_STATES = {waiting = true, delayed = true, active = true, completed = true,
                       failed = true, blocked = true, waiting_children = true}
 
@@ -212,6 +217,9 @@ local function take(id, score, from)
   out[#out + 1] = id
   f[4] = attempts
   for k = 2, RETURNED do
+    if not f[k] and DEFAULTED[k] then
+      f[k] = tostring(RECORD_DEFAULTS[DEFAULTED[k]])
+    end
     out[#out + 1] = f[k]
   end
   leased = leased + 1

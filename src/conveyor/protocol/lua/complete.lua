@@ -22,7 +22,9 @@
 -- Complexity: O(batch * log N).
 
 -- @include common
+-- @include record
 -- @include upsert
+-- @include place
 -- @include finish
 
 local active, completed, ready, scheduled = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -45,7 +47,7 @@ for i = 2, #ARGV, 3 do
     emit(events, maxlen, 'event', 'completed', 'id', id)
     notify_waiters(job_key, id, 'completed', result, f[5])
     if not release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index) then
-      retain(job_key, id, completed, f[3] or 0, now)
+      retain(job_key, id, completed, field(f[3], 'result_ttl'), now)
     end
     out[#out + 1] = 1
   end

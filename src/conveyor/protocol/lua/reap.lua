@@ -31,7 +31,9 @@
 -- Complexity: O(batch * log N).
 
 -- @include common
+-- @include record
 -- @include upsert
+-- @include place
 -- @include finish
 
 local active, failed, ready, scheduled = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -54,14 +56,14 @@ for _, id in ipairs(expired) do
     redis.call('HDEL', job_key, 'token')
     local stalls = num(redis.call('HGET', job_key, 'stalls'), 0) + 1
     redis.call('HSET', job_key, 'stalls', stalls)
-    if stalls >= num(f[2], 1) then
+    if stalls >= field(f[2], 'max_stalls') then
       local err = stall_error(stalls)
       redis.call('HSET', job_key, 'state', 'failed', 'finished_at', now, 'error', err)
       emit(events, maxlen, 'event', 'failed', 'id', id, 'error', err)
       hand_to_failure_lane(job_key, id, err, now, maxlen)
       notify_waiters(job_key, id, 'failed', err)
       if not release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index) then
-        retain(job_key, id, failed, f[3] or 0, now)
+        retain(job_key, id, failed, field(f[3], 'result_ttl'), now)
       end
       failed_count = failed_count + 1
     else

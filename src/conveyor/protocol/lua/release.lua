@@ -22,7 +22,9 @@
 -- Complexity: O(batch * log N).
 
 -- @include common
+-- @include record
 -- @include upsert
+-- @include place
 -- @include finish
 
 local active, ready, scheduled, marker = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
