@@ -7,6 +7,7 @@ everything but the line that does I/O.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +62,11 @@ class UpsertRules:
 
 
 _DEFAULT_RULES = UpsertRules()
+_DEFAULT_OPTIONS = tuple(
+    RECORD_DEFAULTS[name]
+    for name in ("priority", "max_failures", "max_stalls", "min_backoff", "max_backoff",
+                 "timeout", "result_ttl")
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +102,19 @@ class JobSpec:
 
     def options(self) -> str:
         """What differs from the defaults, as enqueue.lua's `opts` lines."""
+        if (
+            not self.given_id
+            and self.delay_ms is None
+            and self.run_at_ms is None
+            and not self.lifo
+            and not self.group
+            and self.rules == _DEFAULT_RULES
+            and (
+                self.priority, self.max_failures, self.max_stalls, self.min_backoff_ms,
+                self.max_backoff_ms, self.timeout_ms, self.result_ttl_ms,
+            ) == _DEFAULT_OPTIONS
+        ):  # fmt: skip
+            return ""  # the common case, decided in one pass
         d = RECORD_DEFAULTS
         opts = [
             f"{name}={value}"
@@ -213,11 +232,15 @@ def enqueue(keys: QueueKeys, specs: Sequence[JobSpec], *, events_maxlen: int) ->
     args: list[Arg] = [events_maxlen, ENQUEUE_ARITY]
     for spec in specs:
         args.extend(spec.argv())
-    return Call(
-        "enqueue",
-        (keys.base, keys.meta, keys.ready, keys.scheduled, keys.marker, keys.events,
-         keys.blocked, keys.completed, keys.failed),
-        tuple(args),
+    return Call("enqueue", _enqueue_keys(keys), tuple(args))
+
+
+@functools.lru_cache(maxsize=256)
+def _enqueue_keys(keys: QueueKeys) -> tuple[str, ...]:
+    """Built once per queue: every single enqueue sends them."""
+    return (
+        keys.base, keys.meta, keys.ready, keys.scheduled, keys.marker, keys.events,
+        keys.blocked, keys.completed, keys.failed,
     )  # fmt: skip
 
 
