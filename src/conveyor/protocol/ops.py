@@ -69,7 +69,10 @@ _DEFAULT_OPTIONS = tuple(
 )  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: one is built per enqueued job, and a frozen dataclass's
+# __init__ costs about 2 µs more per job (a fifth of a bulk enqueue's Python
+# time). Treat it as immutable all the same.
+@dataclass(slots=True)
 class JobSpec:
     """One job to enqueue, validated and encoded (times in ms)."""
 
