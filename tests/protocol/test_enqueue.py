@@ -120,6 +120,24 @@ def test_run_at_is_absolute_and_a_past_one_is_ready_now(q: Proto) -> None:
     assert q.members(q.keys.ready) == ["past", "zero"]
 
 
+def test_a_big_batch_enters_ready_in_enqueue_order(q: Proto) -> None:
+    """New jobs enter ready in one ZADD per 200: order and scores are kept."""
+    ids = [f"j{i:03d}" for i in range(450)]
+    out = q.enqueue_specs([q.spec(job_id) for job_id in ids])
+    assert {o.outcome for o in out} == {"created"}
+    assert q.members(q.keys.ready) == ids
+    assert q.score(q.keys.ready, "j449") == 1000 * SEQ_SPAN + HALF + 450
+
+
+def test_an_id_created_then_delayed_in_one_call_ends_up_scheduled(q: Proto) -> None:
+    out = q.enqueue_specs([q.spec("a"), q.spec("b"), q.spec("a", delay=60)])
+    assert [(o.outcome, o.state) for o in out] == [
+        ("created", "waiting"), ("created", "waiting"), ("updated", "delayed"),
+    ]  # fmt: skip
+    assert q.members(q.keys.ready) == ["b"]
+    assert q.members(q.keys.scheduled) == ["a"]
+
+
 def test_a_batch_answers_per_job_in_order(q: Proto) -> None:
     specs = [q.spec("a"), q.spec("b", delay=60), q.spec("a", data=2)]
     out = q.enqueue_specs(specs)

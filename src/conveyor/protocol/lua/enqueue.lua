@@ -128,11 +128,25 @@ end
 
 SEQ_BLOCK = math.max(1, math.floor((#ARGV - 2) / F))
 
+-- New waiting jobs enter ready in one ZADD per up to 200 jobs, not one each.
+-- Pending entries are added before anything else may look at ready (an
+-- upsert of an id created earlier in this call) and at the end.
+Q.pending = {}
+local function add_pending()
+  if #Q.pending > 0 then
+    redis.call('ZADD', ready, unpack(Q.pending))
+    Q.pending = {}
+  end
+end
+
 local out = {}
 for i = 3, #ARGV, F do
   local j = parse(i - 1)
   local job_key = base .. 'job:' .. j.id
   local state = redis.call('HGET', job_key, 'state')
+  if state or #Q.pending >= 400 then
+    add_pending()
+  end
   local outcome
   if state and j.req ~= '' and replayed(job_key, j) then
     outcome = 'exists'
@@ -151,4 +165,5 @@ for i = 3, #ARGV, F do
   out[#out + 1] = outcome
   out[#out + 1] = state
 end
+add_pending()
 return out

@@ -1,6 +1,8 @@
 -- Creating a job record, shared by enqueue and the schedule scripts. Needs
 -- `common`, `record` and `place`. `Q` is a table of the queue's keys: meta, ready,
--- scheduled, marker, events, completed, failed.
+-- scheduled, marker, events, completed, failed; and optionally `pending`, a
+-- list the new waiting ungrouped jobs' (score, id) pairs are appended to,
+-- for the caller to ZADD to ready at once.
 
 -- FIFO sequence numbers count up from 2^30, LIFO ones down from it, so one
 -- priority band holds both orders and every score stays exact.
@@ -73,6 +75,10 @@ local function create_job(job_key, j, now, Q, maxlen)
   elseif j.group and j.group ~= '' then
     redis.call('ZADD', group_ready(j.group), ready_score(j.priority, seq), j.id)
     enter_rotation(j.group)
+  elseif Q.pending then  -- the caller adds these to ready in one ZADD
+    local pending = Q.pending
+    pending[#pending + 1] = ready_score(j.priority, seq)
+    pending[#pending + 1] = j.id
   else
     redis.call('ZADD', Q.ready, ready_score(j.priority, seq), j.id)
   end
