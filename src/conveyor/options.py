@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -251,6 +251,42 @@ def build_spec(
         index=build_index(options.get("index")),
         given_id=job_id is not None,
     )
+
+
+class SpecBuilder:
+    """build_spec for one queue's defaults, with the no-options case
+    prepared once: only the id, task, data and request id vary per job."""
+
+    def __init__(self, defaults: JobDefaults, max_payload: int) -> None:
+        self.defaults = defaults
+        self.max_payload = max_payload
+        self._make = _default_spec(defaults)
+
+    def one(self, task: str, data: Any, options: Mapping[str, Any]) -> JobSpec:
+        if options:
+            return build_spec(
+                task, data, options, defaults=self.defaults, max_payload=self.max_payload
+            )
+        return self._make(
+            new_job_id(), _task_name(task), _payload(data, self.max_payload), os.urandom(8).hex()
+        )
+
+    def many(self, jobs: Sequence[tuple[str, Any, Mapping[str, Any]]]) -> list[JobSpec]:
+        """Specs of (task, data, options) jobs; the random ids and request ids
+        of the jobs without options come from one urandom call."""
+        random = os.urandom(20 * len(jobs)).hex()  # 24 hex id + 16 hex request per job
+        make, max_payload = self._make, self.max_payload
+        specs = []
+        for k, (task, data, options) in enumerate(jobs):
+            if options:
+                specs.append(self.one(task, data, options))
+            else:
+                at = 40 * k
+                specs.append(
+                    make(random[at : at + 24], _task_name(task), _payload(data, max_payload),
+                         random[at + 24 : at + 40])
+                )  # fmt: skip
+        return specs
 
 
 def _task_name(task: object) -> str:
