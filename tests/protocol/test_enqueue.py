@@ -63,6 +63,21 @@ def test_an_id_the_producer_generated_is_created_like_a_given_one(q: Proto) -> N
     assert [o.outcome for o in q.enqueue_specs([fresh])] == ["exists"]
 
 
+def test_a_resent_call_of_generated_ids_changes_nothing(q: Proto) -> None:
+    """Only the first generated id of a call is looked up; a re-send finds it
+    and then looks every job up, so each is reported as it is."""
+    specs = [dataclasses.replace(q.spec(f"g{i}"), given_id=False) for i in range(3)]
+    specs.insert(1, q.spec("given"))
+    assert [o.outcome for o in q.enqueue_specs(specs)] == ["created"] * 4
+    q.claim()  # g0 runs now
+    again = q.enqueue_specs(specs)
+    assert [(o.outcome, o.state) for o in again] == [
+        ("exists", "active"), ("exists", "waiting"), ("exists", "waiting"), ("exists", "waiting"),
+    ]  # fmt: skip
+    assert q.members(q.keys.ready) == ["given", "g1", "g2"]
+    assert q.r.exists(q.keys.blocked_job("g0")) == 0
+
+
 def test_same_priority_is_fifo(q: Proto) -> None:
     for job_id in ("c", "a", "b"):
         q.enqueue(job_id)

@@ -139,11 +139,20 @@ local function add_pending()
   end
 end
 
+-- Ids the producer generated (fresh) are new unless this very call was
+-- applied before (a re-send): when the first fresh id of the call is not
+-- there, the others are not either, and are not looked up.
+local fresh_are_new = false
+
 local out = {}
 for i = 3, #ARGV, F do
   local j = parse(i - 1)
   local job_key = base .. 'job:' .. j.id
-  local state = redis.call('HGET', job_key, 'state')
+  local state = false
+  if not (j.fresh and fresh_are_new) then
+    state = redis.call('HGET', job_key, 'state')
+    if j.fresh then fresh_are_new = not state end
+  end
   if state or #Q.pending >= 400 then
     add_pending()
   end
