@@ -20,7 +20,7 @@ def test_a_failure_with_retries_left_is_scheduled_after_its_backoff(q: Proto) ->
     assert q.fail("a", "t", "ValueError: bad") == "delayed"
     job = q.job("a")
     assert (job["state"], job["failures"], job["error"]) == ("delayed", "1", "ValueError: bad")
-    assert "token" not in job
+    assert q.progress("a", "t", 0.5) == 0  # the old lease holder is fenced off
     assert q.score(q.keys.active, "a") is None
     due = int(job["run_at"])
     assert q.score(q.keys.scheduled, "a") == due
@@ -91,7 +91,7 @@ def test_a_permanent_failure_ends_the_job_at_once(q: Proto) -> None:
     job = q.job("a")
     finished = int(job["finished_at"])
     assert (job["state"], job["failures"], job["error"]) == ("failed", "1", "PermanentError: no")
-    assert "token" not in job
+    assert q.progress("a", "t", 0.5) == 0  # the old lease holder is fenced off
     assert q.score(q.keys.failed, "a") == finished + 60_000
     assert 119_000 < q.ttl_ms(q.keys.job("a")) <= 120_000  # ttl + 60 s grace for the sweep
     assert q.members(q.keys.active) == []

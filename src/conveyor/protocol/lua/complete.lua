@@ -43,7 +43,6 @@ for i = 2, #ARGV, 3 do
     redis.call('ZREM', active, id)
     end_run(job_key, marker, f[4])
     redis.call('HSET', job_key, 'state', 'completed', 'result', result, 'finished_at', now)
-    redis.call('HDEL', job_key, 'token')
     emit(events, maxlen, 'event', 'completed', 'id', id)
     notify_waiters(job_key, id, 'completed', result, f[5])
     if not release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index) then

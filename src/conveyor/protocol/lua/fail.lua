@@ -71,14 +71,13 @@ for i = 2, #ARGV, 6 do
   local permanent, override, jitter = ARGV[i + 3], ARGV[i + 4], tonumber(ARGV[i + 5])
   local job_key = base .. 'job:' .. id
   local f = redis.call('HMGET', job_key, 'state', 'token', 'max_failures', 'min_backoff',
-                       'max_backoff', 'result_ttl')
+                       'max_backoff', 'result_ttl', 'failures')
   if f[1] ~= 'active' or f[2] ~= token then
     out[#out + 1] = 'lost'
   else
     redis.call('ZREM', active, id)
     end_run(job_key, marker)
-    redis.call('HDEL', job_key, 'token')
-    local failures = num(redis.call('HGET', job_key, 'failures'), 0) + 1
+    local failures = field(f[7], 'failures') + 1
     redis.call('HSET', job_key, 'failures', failures, 'error', err)
     if permanent == '1' or failures >= field(f[3], 'max_failures') then
       out[#out + 1] = fail_for_good(job_key, id, err, f[6])

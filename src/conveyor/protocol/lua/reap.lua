@@ -50,11 +50,10 @@ local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, bat
 for _, id in ipairs(expired) do
   redis.call('ZREM', active, id)
   local job_key = base .. 'job:' .. id
-  local f = redis.call('HMGET', job_key, 'state', 'max_stalls', 'result_ttl')
+  local f = redis.call('HMGET', job_key, 'state', 'max_stalls', 'result_ttl', 'stalls')
   if f[1] == 'active' then
     end_run(job_key, marker)
-    redis.call('HDEL', job_key, 'token')
-    local stalls = num(redis.call('HGET', job_key, 'stalls'), 0) + 1
+    local stalls = field(f[4], 'stalls') + 1
     redis.call('HSET', job_key, 'stalls', stalls)
     if stalls >= field(f[2], 'max_stalls') then
       local err = stall_error(stalls)

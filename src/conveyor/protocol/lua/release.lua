@@ -42,7 +42,6 @@ for i = 2, #ARGV, 3 do
   else
     redis.call('ZREM', active, id)
     end_run(job_key, marker)
-    redis.call('HDEL', job_key, 'token')
     if started ~= '1' then
       redis.call('HSET', job_key, 'attempts',
                  math.max(0, num(redis.call('HGET', job_key, 'attempts'), 1) - 1))
