@@ -67,7 +67,7 @@ local function parse(i)
              idx = ARGV[i + 5]}
   local opts = ARGV[i + 6]
   if opts == '' then
-    j.fresh, j.run_at = true, now
+    j.fresh, j.plain, j.run_at = true, true, now
     return j
   end
   for name, value in string.gmatch(opts, '([%w_]+)=([^\n]*)') do

@@ -30,20 +30,23 @@ end
 -- timeout, result_ttl, group, schedule when set). Options equal to their
 -- record default are not stored, nor run_at when it is now (= created_at),
 -- nor the zero counters. Returns the HSET arguments and the new seq.
+local TEXT_FIELDS = {'group', 'req', 'idx', 'schedule'}
 local function job_fields(j, state, now, meta)
   local seq = next_seq(meta, j.lifo)
   local fields = {'state', state, 'task', j.task, 'data', j.data, 'seq', seq, 'created_at', now}
   local n = 10
-  for _, name in ipairs(RECORD_OPTIONS) do
-    local value = j[name]
-    if value and value ~= '' and tonumber(value) ~= RECORD_DEFAULTS[name] then
-      fields[n + 1], fields[n + 2], n = name, value, n + 2
+  if not j.plain then  -- a plain job (no options sent) has every option at its default
+    for _, name in ipairs(RECORD_OPTIONS) do
+      local value = j[name]
+      if value and value ~= '' and tonumber(value) ~= RECORD_DEFAULTS[name] then
+        fields[n + 1], fields[n + 2], n = name, value, n + 2
+      end
     end
   end
   if tonumber(j.run_at) ~= now then
     fields[n + 1], fields[n + 2], n = 'run_at', j.run_at, n + 2
   end
-  for _, name in ipairs({'group', 'req', 'idx', 'schedule'}) do
+  for _, name in ipairs(TEXT_FIELDS) do
     local value = j[name]
     if value and value ~= '' then
       fields[n + 1], fields[n + 2], n = name, value, n + 2
