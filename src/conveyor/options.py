@@ -267,8 +267,9 @@ class SpecBuilder:
             return build_spec(
                 task, data, options, defaults=self.defaults, max_payload=self.max_payload
             )
+        random = os.urandom(20).hex()  # the id and the request id, one system call
         return self._make(
-            new_job_id(), _task_name(task), _payload(data, self.max_payload), os.urandom(8).hex()
+            random[:24], _task_name(task), _payload(data, self.max_payload), random[24:]
         )
 
     def many(self, jobs: Sequence[tuple[str, Any, Mapping[str, Any]]]) -> list[JobSpec]:
