@@ -111,7 +111,7 @@ class JobSpec:
             and self.run_at_ms is None
             and not self.lifo
             and not self.group
-            and self.rules == _DEFAULT_RULES
+            and (self.rules is _DEFAULT_RULES or self.rules == _DEFAULT_RULES)
             and (
                 self.priority, self.max_failures, self.max_stalls, self.min_backoff_ms,
                 self.max_backoff_ms, self.timeout_ms, self.result_ttl_ms,
