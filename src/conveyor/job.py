@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from conveyor import serializers
-from conveyor.protocol.ops import text
+from conveyor.protocol.ops import RECORD_DEFAULTS, text
 from conveyor.timeutil import from_ms
 
 
@@ -61,10 +61,12 @@ class Job:
 
 
 def _int(raw: Mapping[str, str], name: str) -> int:
+    """A numeric field; a record leaves out those that hold their default."""
+    default = RECORD_DEFAULTS.get(name, 0)
     try:
-        return int(raw.get(name, 0))
+        return int(raw.get(name, default))
     except ValueError:
-        return 0
+        return default
 
 
 def _ms(raw: Mapping[str, str], name: str) -> int | None:
@@ -115,7 +117,7 @@ def job_from_hash(queue: str, job_id: str, raw_hash: Mapping[Any, Any]) -> Job:
         worker=raw.get("worker"),
         group=raw.get("group") or None,
         created_at=from_ms(_ms(raw, "created_at")),
-        run_at=from_ms(_ms(raw, "run_at")),
+        run_at=from_ms(_ms(raw, "run_at" if "run_at" in raw else "created_at")),
         started_at=from_ms(_ms(raw, "started_at")),
         finished_at=from_ms(_ms(raw, "finished_at")),
     )

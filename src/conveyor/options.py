@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -212,18 +212,21 @@ def build_spec(
     max_payload: int,
 ) -> JobSpec:
     """Validate one job's task, data and options into a JobSpec."""
+    if not options:  # the common case: the queue's defaults, validated once
+        return _default_spec(defaults)(
+            new_job_id(), _task_name(task), _payload(data, max_payload), os.urandom(8).hex()
+        )
     values = _validated_defaults(defaults)
-    if options:
-        unknown = set(options) - ENQUEUE_OPTIONS
-        if unknown:
-            raise UnknownOptionError(
-                f"unknown option(s) {sorted(unknown)}; valid: {sorted(ENQUEUE_OPTIONS)}"
-            )
-        values = dict(values)
-        for name in options.keys() & _DEFAULTED.keys():
-            values[name] = _DEFAULTED[name](options[name])
-        if values["max_backoff"] < values["min_backoff"]:
-            raise ValidationError("max_backoff must be >= min_backoff")
+    unknown = set(options) - ENQUEUE_OPTIONS
+    if unknown:
+        raise UnknownOptionError(
+            f"unknown option(s) {sorted(unknown)}; valid: {sorted(ENQUEUE_OPTIONS)}"
+        )
+    values = dict(values)
+    for name in options.keys() & _DEFAULTED.keys():
+        values[name] = _DEFAULTED[name](options[name])
+    if values["max_backoff"] < values["min_backoff"]:
+        raise ValidationError("max_backoff must be >= min_backoff")
     delay, run_at = options.get("delay"), options.get("run_at")
     if delay is not None and run_at is not None:
         raise ValidationError("give delay or run_at, not both")
@@ -241,9 +244,74 @@ def build_spec(
         max_backoff_ms=values["max_backoff"],
         timeout_ms=values["timeout"],
         result_ttl_ms=values["result_ttl"],
-        lifo=_bool(options.get("lifo", False), "lifo") if options else False,
+        lifo=_bool(options.get("lifo", False), "lifo"),
         group=_group(options.get("group")),
-        rules=_rules(options) if options else _DEFAULT_RULES,
+        rules=_rules(options),
         request=os.urandom(8).hex(),
-        index=build_index(options.get("index")) if options else (),
+        index=build_index(options.get("index")),
+        given_id=job_id is not None,
     )
+
+
+class SpecBuilder:
+    """build_spec for one queue's defaults, with the no-options case
+    prepared once: only the id, task, data and request id vary per job."""
+
+    def __init__(self, defaults: JobDefaults, max_payload: int) -> None:
+        self.defaults = defaults
+        self.max_payload = max_payload
+        self._make = _default_spec(defaults)
+
+    def one(self, task: str, data: Any, options: Mapping[str, Any]) -> JobSpec:
+        if options:
+            return build_spec(
+                task, data, options, defaults=self.defaults, max_payload=self.max_payload
+            )
+        random = os.urandom(20).hex()  # the id and the request id, one system call
+        return self._make(
+            random[:24], _task_name(task), _payload(data, self.max_payload), random[24:]
+        )
+
+    def many(self, jobs: Sequence[tuple[str, Any, Mapping[str, Any]]]) -> list[JobSpec]:
+        """Specs of (task, data, options) jobs; the random ids and request ids
+        of the jobs without options come from one urandom call."""
+        random = os.urandom(20 * len(jobs)).hex()  # 24 hex id + 16 hex request per job
+        make, max_payload = self._make, self.max_payload
+        specs = []
+        for k, (task, data, options) in enumerate(jobs):
+            if options:
+                specs.append(self.one(task, data, options))
+            else:
+                at = 40 * k
+                specs.append(
+                    make(random[at : at + 24], _task_name(task), _payload(data, max_payload),
+                         random[at + 24 : at + 40])
+                )  # fmt: skip
+        return specs
+
+
+def _task_name(task: object) -> str:
+    """check_task_name, remembered for the task names (str) a producer uses."""
+    return _known_task_name(task) if type(task) is str else check_task_name(task)
+
+
+@functools.lru_cache(maxsize=1024)
+def _known_task_name(task: str) -> str:
+    return check_task_name(task)
+
+
+@functools.lru_cache(maxsize=64)
+def _default_spec(defaults: JobDefaults) -> Callable[[str, str, str, str], JobSpec]:
+    """A maker of JobSpecs with a queue's defaults and no options: only the
+    id, task, data and request id vary."""
+    values = _validated_defaults(defaults)
+
+    def make(job_id: str, task: str, data: str, request: str) -> JobSpec:
+        return JobSpec(
+            job_id, task, data, values["priority"], None, None, values["max_failures"],
+            values["max_stalls"], values["min_backoff"], values["max_backoff"],
+            values["timeout"], values["result_ttl"], False, "", _DEFAULT_RULES, request, (),
+            False,
+        )  # fmt: skip
+
+    return make

@@ -91,6 +91,16 @@ def test_enqueue_many_validates_everything_first(queue: Any, redis_client: redis
     assert redis_client.dbsize() == before
 
 
+def test_enqueue_many_gives_each_job_its_own_random_id(queue: Any) -> None:
+    """Generated ids (and request ids) of a batch come from one urandom draw."""
+    done = queue.enqueue_many([("t", i) for i in range(600)] + [JobRequest("t", 0, {"id": "x"})])
+    ids = [d.id for d in done]
+    assert ids[-1] == "x" and len(set(ids)) == 601
+    assert all(len(i) == 24 and int(i, 16) >= 0 for i in ids[:-1])
+    assert [queue.get(i).data for i in ids[:3]] == [0, 1, 2]
+    assert queue.counts()[JobState.WAITING] == 601
+
+
 def test_cancel_removes_waiting_and_delayed_jobs(queue: Any) -> None:
     queue.enqueue("t", None, id="w")
     queue.enqueue("t", None, id="d", delay=60)

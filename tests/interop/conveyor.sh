@@ -1,5 +1,5 @@
 #!/bin/sh
-# A second implementation of the Conveyor protocol (docs/protocol.md, version 1), written from the
+# A second implementation of the Conveyor protocol (docs/protocol.md, version 2), written from the
 # document alone in POSIX sh over redis-cli: a producer and a burst worker. The interop tests run
 # it against queues that the Python library also uses, to show that the document is enough to
 # share a queue. It is test code, not a product: it trusts its inputs.
@@ -43,22 +43,30 @@ load() {
 
 # §10: claim the version before the first write, refuse another.
 check_version() {
-    raw HSETNX "$1meta" version 1 >/dev/null
+    raw HSETNX "$1meta" version 2 >/dev/null
     v=$(raw HGET "$1meta" version)
-    [ "$v" = 1 ] || { echo "queue speaks protocol version $v, not 1" >&2; exit 3; }
+    [ "$v" = 2 ] || { echo "queue speaks protocol version $v, not 2" >&2; exit 3; }
 }
 
 hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
 
-# §6.1, one job per call; every option at the defaults this client chooses.
+# §6.1, one job per call; `opts` holds the options where this client's defaults differ from
+# the record defaults (§4.1), and the upsert rules it chooses; the caller chose the id (given).
+OPTS="max_stalls=2
+max_backoff=60000
+timeout=0
+result_ttl=600000
+u_run_at=0
+u_reset=0
+given=1"
+
 enqueue() {
     base="$PREFIX:{$1}:"
     check_version "$base"
     sha=$(load enqueue)
     raw EVALSHA "$sha" 9 "$base" "${base}meta" "${base}ready" "${base}scheduled" \
         "${base}marker" "${base}events" "${base}blocked" "${base}completed" "${base}failed" \
-        "$MAXLEN" 23 \
-        "$2" "$3" "$4" 1000 "" "" 3 2 1000 60000 0 600000 0 "" 1 0 0 0 0 0 0 "$(hex 8)" "" \
+        "$MAXLEN" 6 "$2" "$3" "$4" "$(hex 8)" "" "$OPTS" \
         | tr '\n' ' ' | sed 's/ $/\n/'
 }
 

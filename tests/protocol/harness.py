@@ -28,6 +28,18 @@ def text(value: Any) -> str:
     return ops.text(value)
 
 
+def with_defaults(record: dict[str, str]) -> dict[str, str]:
+    """A record with the fields it leaves out at their defaults (protocol §4.1)."""
+    if not record:
+        return record
+    full = {name: str(value) for name, value in ops.RECORD_DEFAULTS.items()}
+    full["group"] = ""
+    if "created_at" in record:
+        full["run_at"] = record["created_at"]
+    full.update(record)
+    return full
+
+
 class Proto:
     """One queue of the session server and the scripts run against it."""
 
@@ -215,11 +227,17 @@ class Proto:
         sec, usec = self.r.time()
         return int(sec) * 1000 + int(usec) // 1000
 
-    def job(self, job_id: str) -> dict[str, str]:
+    def stored(self, job_id: str) -> dict[str, str]:
+        """The fields job:<id> actually holds."""
         return {text(k): text(v) for k, v in self.r.hgetall(self.keys.job(job_id)).items()}
 
+    def job(self, job_id: str) -> dict[str, str]:
+        """job:<id> as a reader sees it: the record defaults filled in."""
+        return with_defaults(self.stored(job_id))
+
     def twin(self, job_id: str) -> dict[str, str]:
-        return {text(k): text(v) for k, v in self.r.hgetall(self.keys.blocked_job(job_id)).items()}
+        raw = self.r.hgetall(self.keys.blocked_job(job_id))
+        return with_defaults({text(k): text(v) for k, v in raw.items()})
 
     def score(self, index: str, job_id: str) -> float | None:
         return self.r.zscore(index, job_id)

@@ -162,11 +162,12 @@ def test_a_stale_ready_entry_is_dropped_and_its_record_left_alone(q: Proto) -> N
 
 
 def test_a_corrupt_record_is_returned_with_missing_fields(q: Proto) -> None:
+    """Missing options read as the record defaults; task, data, created_at as nil."""
     q.r.hset(q.keys.job("bad"), mapping={"state": "waiting", "priority": 0, "seq": 1})
     q.r.zadd(q.keys.ready, {"bad": 1})
     (job,) = q.claim().jobs
     assert (job.id, job.task, job.data, job.attempts) == ("bad", None, None, 1)
-    assert (job.max_failures, job.timeout_ms, job.created_at_ms) == (None, None, None)
+    assert (job.max_failures, job.timeout_ms, job.created_at_ms) == (3, 300_000, None)
     assert q.job("bad")["state"] == "active"
 
 

@@ -11,7 +11,7 @@ def test_complete_stores_the_result_and_retains_the_record(q: Proto) -> None:
     job = q.job("a")
     finished = int(job["finished_at"])
     assert (job["state"], job["result"]) == ("completed", '{"r":1}')
-    assert "token" not in job
+    assert q.progress("a", "t", 0.5) == 0  # the old lease holder is fenced off
     assert job["worker"] == "w1"  # who ran it stays visible
     assert q.score(q.keys.active, "a") is None
     assert q.score(q.keys.completed, "a") == finished + 60_000

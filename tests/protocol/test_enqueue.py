@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from conveyor.protocol import ops
@@ -36,6 +38,44 @@ def test_creates_a_waiting_job_field_by_field(q: Proto) -> None:
     assert q.marker_set()
     assert q.events() == [{"event": "created", "id": "a", "state": "waiting"}]
     assert q.r.hget(q.keys.meta, "seq") == b"1"
+
+
+def test_a_record_stores_only_what_differs_from_the_defaults(q: Proto) -> None:
+    """Protocol 4.1: options at their record default, the zero counters and a
+    run_at equal to created_at are left out (a small record stays a listpack)."""
+    q.enqueue_specs([q.spec("a", "send", {"to": "x"}, max_failures=3, timeout=300)])
+    stored = q.stored("a")
+    created = stored.pop("created_at")
+    assert stored.pop("req")
+    assert stored == {"state": "waiting", "task": "send", "data": '{"to":"x"}',
+                      "seq": str(HALF + 1)}  # fmt: skip
+    assert q.job("a")["run_at"] == created  # a reader fills the defaults in
+    assert q.r.object("encoding", q.keys.job("a")) in (b"listpack", b"ziplist")
+
+
+def test_an_id_the_producer_generated_is_created_like_a_given_one(q: Proto) -> None:
+    spec = q.spec("x")
+    fresh = dataclasses.replace(spec, given_id=False)
+    assert fresh.argv()[-1] == ""  # nothing differs from the defaults
+    assert [(o.outcome, o.state) for o in q.enqueue_specs([fresh])] == [("created", "waiting")]
+    assert q.members(q.keys.ready) == ["x"]
+    # a re-send of the same call is still recognised by its request id
+    assert [o.outcome for o in q.enqueue_specs([fresh])] == ["exists"]
+
+
+def test_a_resent_call_of_generated_ids_changes_nothing(q: Proto) -> None:
+    """Only the first generated id of a call is looked up; a re-send finds it
+    and then looks every job up, so each is reported as it is."""
+    specs = [dataclasses.replace(q.spec(f"g{i}"), given_id=False) for i in range(3)]
+    specs.insert(1, q.spec("given"))
+    assert [o.outcome for o in q.enqueue_specs(specs)] == ["created"] * 4
+    q.claim()  # g0 runs now
+    again = q.enqueue_specs(specs)
+    assert [(o.outcome, o.state) for o in again] == [
+        ("exists", "active"), ("exists", "waiting"), ("exists", "waiting"), ("exists", "waiting"),
+    ]  # fmt: skip
+    assert q.members(q.keys.ready) == ["given", "g1", "g2"]
+    assert q.r.exists(q.keys.blocked_job("g0")) == 0
 
 
 def test_same_priority_is_fifo(q: Proto) -> None:
@@ -93,6 +133,24 @@ def test_run_at_is_absolute_and_a_past_one_is_ready_now(q: Proto) -> None:
     assert q.score(q.keys.scheduled, "future") == now + 60_000
     assert q.job("past")["run_at"] == str(now - 60_000)
     assert q.members(q.keys.ready) == ["past", "zero"]
+
+
+def test_a_big_batch_enters_ready_in_enqueue_order(q: Proto) -> None:
+    """New jobs enter ready in one ZADD per 200: order and scores are kept."""
+    ids = [f"j{i:03d}" for i in range(450)]
+    out = q.enqueue_specs([q.spec(job_id) for job_id in ids])
+    assert {o.outcome for o in out} == {"created"}
+    assert q.members(q.keys.ready) == ids
+    assert q.score(q.keys.ready, "j449") == 1000 * SEQ_SPAN + HALF + 450
+
+
+def test_an_id_created_then_delayed_in_one_call_ends_up_scheduled(q: Proto) -> None:
+    out = q.enqueue_specs([q.spec("a"), q.spec("b"), q.spec("a", delay=60)])
+    assert [(o.outcome, o.state) for o in out] == [
+        ("created", "waiting"), ("created", "waiting"), ("updated", "delayed"),
+    ]  # fmt: skip
+    assert q.members(q.keys.ready) == ["b"]
+    assert q.members(q.keys.scheduled) == ["a"]
 
 
 def test_a_batch_answers_per_job_in_order(q: Proto) -> None:

@@ -20,7 +20,7 @@ def test_a_failure_with_retries_left_is_scheduled_after_its_backoff(q: Proto) ->
     assert q.fail("a", "t", "ValueError: bad") == "delayed"
     job = q.job("a")
     assert (job["state"], job["failures"], job["error"]) == ("delayed", "1", "ValueError: bad")
-    assert "token" not in job
+    assert q.progress("a", "t", 0.5) == 0  # the old lease holder is fenced off
     assert q.score(q.keys.active, "a") is None
     due = int(job["run_at"])
     assert q.score(q.keys.scheduled, "a") == due
@@ -91,7 +91,7 @@ def test_a_permanent_failure_ends_the_job_at_once(q: Proto) -> None:
     job = q.job("a")
     finished = int(job["finished_at"])
     assert (job["state"], job["failures"], job["error"]) == ("failed", "1", "PermanentError: no")
-    assert "token" not in job
+    assert q.progress("a", "t", 0.5) == 0  # the old lease holder is fenced off
     assert q.score(q.keys.failed, "a") == finished + 60_000
     assert 119_000 < q.ttl_ms(q.keys.job("a")) <= 120_000  # ttl + 60 s grace for the sweep
     assert q.members(q.keys.active) == []
@@ -228,24 +228,21 @@ def test_the_backoff_wins_over_an_earlier_merged_run_at(q: Proto) -> None:
     assert due is not None and due >= before + 20_000
 
 
-def test_a_record_missing_its_options_fails_for_good_instead_of_erroring(q: Proto) -> None:
+def test_a_record_missing_its_options_fails_by_the_record_defaults(q: Proto) -> None:
+    """A record leaves out options at their defaults (protocol 4.1): max_failures
+    3, min_backoff 1 s, so a first failure retries after about a second."""
     q.start("a", token="t")
     q.r.hdel(q.keys.job("a"), "max_failures", "min_backoff", "max_backoff")
-    assert q.fail("a", "t") == "failed"
-    assert q.job("a")["state"] == "failed"
+    before = q.now()
+    assert q.fail("a", "t", jitter=0.0) == "delayed"
+    due = q.score(q.keys.scheduled, "a")
+    assert due is not None and before + 1000 <= due <= q.now() + 1000
     assert q.members(q.keys.active) == []
 
 
-def test_a_record_missing_its_backoffs_retries_at_once(q: Proto) -> None:
-    q.start("a", token="t", max_failures=3)
-    q.r.hdel(q.keys.job("a"), "min_backoff", "max_backoff")
-    assert q.fail("a", "t") == "retried"
-    assert q.members(q.keys.ready) == ["a"]
-
-
-def test_non_numeric_options_fall_back_instead_of_raising(q: Proto) -> None:
+def test_non_numeric_options_fall_back_to_the_defaults_instead_of_raising(q: Proto) -> None:
     q.start("a", token="t")
     q.r.hset(q.keys.job("a"), mapping={"max_failures": "lots", "min_backoff": "x"})
-    assert q.fail("a", "t") == "failed"  # max_failures falls back to 1
-    assert q.job("a")["state"] == "failed"
+    assert q.fail("a", "t") == "delayed"  # max_failures falls back to 3: retries left
+    assert q.job("a")["state"] == "delayed"
     assert q.members(q.keys.active) == []

@@ -15,7 +15,7 @@ def test_release_puts_the_job_back_at_its_old_place(q: Proto) -> None:
     assert (job["state"], job["attempts"], job["failures"], job["stalls"]) == (
         "waiting", "0", "0", "0",
     )  # fmt: skip
-    assert "token" not in job
+    assert q.progress("a", "t", 0.5) == 0  # the old lease holder is fenced off
     assert q.members(q.keys.active) == []
     assert q.members(q.keys.ready) == ["a", "b"]
     assert q.score(q.keys.ready, "a") == score

@@ -6,6 +6,7 @@ to Redis, so the two can never drift apart.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,8 +34,8 @@ from conveyor.options import (
     DEFAULT_MAX_PAYLOAD,
     JobDefaults,
     RunAtRule,
+    SpecBuilder,
     build_index,
-    build_spec,
     check_job_id,
     check_name,
     check_priority,
@@ -227,6 +228,17 @@ def parse_version(text: str) -> tuple[int, int, int]:
     return (parts + [0, 0, 0])[0], (parts + [0, 0, 0])[1], (parts + [0, 0, 0])[2]
 
 
+@functools.lru_cache(maxsize=64)
+def _text(value: Any) -> str:
+    """A reply word (outcome) as text; there are a handful of them."""
+    return ops.text(value)
+
+
+@functools.lru_cache(maxsize=64)
+def _job_state(value: Any) -> JobState:
+    return JobState(ops.text(value))
+
+
 class QueueCore:
     """Everything about one queue that needs no I/O."""
 
@@ -237,31 +249,34 @@ class QueueCore:
         lane = FAILURE_LANE if failures else ""
         self.keys = QueueKeys(check_name(settings.prefix, "key prefix"), self.name, lane)
         self.scripts: dict[str, Script] = {n: load_script(n) for n in SCRIPT_NAMES}
+        self.specs = SpecBuilder(settings.defaults, settings.max_payload)
 
     # --- enqueue -------------------------------------------------------------
 
     def spec(self, task: str, data: Any, options: Mapping[str, Any]) -> ops.JobSpec:
-        s = self.settings
-        return build_spec(task, data, options, defaults=s.defaults, max_payload=s.max_payload)
+        return self.specs.one(task, data, options)
 
     def enqueue_call(self, specs: Sequence[ops.JobSpec]) -> ops.Call:
         return ops.enqueue(self.keys, specs, events_maxlen=self.settings.events_maxlen)
 
     def specs_of(self, jobs: Iterable[JobRequest | tuple[str, Any]]) -> list[ops.JobSpec]:
         """Validate every job before anything is sent: a bad one writes nothing."""
-        specs = []
+        requests = []
         for job in jobs:
             if isinstance(job, tuple):
                 job = JobRequest(*job)
             if not isinstance(job, JobRequest):
                 raise ValidationError(f"expected a JobRequest or (task, data), got {job!r}")
-            specs.append(self.spec(job.task, job.data, job.options))
-        return specs
+            requests.append((job.task, job.data, job.options))
+        return self.specs.many(requests)
 
     def enqueued(self, specs: Sequence[ops.JobSpec], reply: Sequence[Any]) -> list[Enqueued]:
+        if len(reply) != 2 * len(specs):
+            raise ValueError(f"enqueue replied {len(reply)} items for {len(specs)} jobs")
+        name = self.name
         return [
-            Enqueued(spec.id, self.name, e.outcome, JobState(e.state))
-            for spec, e in zip(specs, ops.decode_enqueue(reply), strict=True)
+            Enqueued(spec.id, name, _text(reply[2 * k]), _job_state(reply[2 * k + 1]))
+            for k, spec in enumerate(specs)
         ]
 
     def schedule_call(

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from conveyor.errors import ConfigurationError
+from conveyor.protocol.ops import RECORD_DEFAULTS
 
 from . import store
 from .options import Options, Target
@@ -191,6 +192,8 @@ class JobsReader(DataSourceReader):
         fetch = ["state"] + [
             f.name for f in wanted if f.name not in ("id", "queue", "state")
         ] + [b for b in self.bounds if b not in {f.name for f in wanted}]  # fmt: skip
+        if "run_at" in fetch and "created_at" not in fetch:
+            fetch.append("created_at")  # a missing run_at is created_at (protocol §4.1)
         schema = arrow_schema(self.schema)
         client = target.client()
         try:
@@ -214,7 +217,7 @@ class JobsReader(DataSourceReader):
         import pyarrow.compute as pc
 
         width = len(fetch) + 1
-        raw = {name: flat[i + 1 :: width] for i, name in enumerate(fetch)}
+        raw = with_record_defaults({name: flat[i + 1 :: width] for i, name in enumerate(fetch)})
         raw["id"] = flat[0::width]
         rows = len(raw["id"])
         arrays = []
@@ -228,6 +231,22 @@ class JobsReader(DataSourceReader):
             keep = pc.and_(keep, _in_bound(column(raw[name], pa.field(name, schema_ts())), bound))
         batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
         return batch.filter(pc.fill_null(keep, False))
+
+
+def with_record_defaults(raw: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """A record leaves out the fields that hold their default (docs/protocol.md §4.1):
+    read them as that default, and a missing run_at as created_at."""
+    for name, values in raw.items():
+        default = RECORD_DEFAULTS.get(name)
+        if default is not None:
+            text = str(default).encode()
+            raw[name] = [text if value is None else value for value in values]
+    if "run_at" in raw and "created_at" in raw:
+        raw["run_at"] = [
+            created if run_at is None else run_at
+            for run_at, created in zip(raw["run_at"], raw["created_at"], strict=True)
+        ]
+    return raw
 
 
 def schema_ts() -> pa.DataType:

@@ -55,6 +55,7 @@
 -- Complexity: O((promote + count + 32) * log N).
 
 -- @include common
+-- @include record
 
 local meta, ready, scheduled, active = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local marker, events, failed = KEYS[6], KEYS[7], KEYS[8]
@@ -68,6 +69,14 @@ local FIELDS = {'state', 'task', 'data', 'attempts', 'failures', 'stalls', 'max_
                 'max_stalls', 'min_backoff', 'max_backoff', 'timeout', 'priority', 'created_at',
                 'schedule', 'group'}
 local RETURNED = 14
+-- Returned fields a record leaves out when they hold their default, by
+-- position, and the text of that default (replies carry bulk strings).
+local DEFAULTED = {[5] = 'failures', [6] = 'stalls', [7] = 'max_failures', [8] = 'max_stalls',
+                   [9] = 'min_backoff', [10] = 'max_backoff', [11] = 'timeout',
+                   [12] = 'priority'}
+for k, name in pairs(DEFAULTED) do
+  DEFAULTED[k] = tostring(RECORD_DEFAULTS[name])
+end
 local KNOWN_STATES = {waiting = true, delayed = true, active = true, completed = true,
                       failed = true, blocked = true, waiting_children = true}
 
@@ -212,7 +221,7 @@ local function take(id, score, from)
   out[#out + 1] = id
   f[4] = attempts
   for k = 2, RETURNED do
-    out[#out + 1] = f[k]
+    out[#out + 1] = f[k] or DEFAULTED[k] or false  -- false: a nil reply, kept in place
   end
   leased = leased + 1
   return stalls == 0

@@ -22,7 +22,9 @@
 -- Complexity: O(batch * log N).
 
 -- @include common
+-- @include record
 -- @include upsert
+-- @include place
 -- @include finish
 
 local active, completed, ready, scheduled = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -41,11 +43,10 @@ for i = 2, #ARGV, 3 do
     redis.call('ZREM', active, id)
     end_run(job_key, marker, f[4])
     redis.call('HSET', job_key, 'state', 'completed', 'result', result, 'finished_at', now)
-    redis.call('HDEL', job_key, 'token')
     emit(events, maxlen, 'event', 'completed', 'id', id)
     notify_waiters(job_key, id, 'completed', result, f[5])
     if not release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index) then
-      retain(job_key, id, completed, f[3] or 0, now)
+      retain(job_key, id, completed, field(f[3], 'result_ttl'), now)
     end
     out[#out + 1] = 1
   end

@@ -31,7 +31,9 @@
 -- Complexity: O(batch * log N).
 
 -- @include common
+-- @include record
 -- @include upsert
+-- @include place
 -- @include finish
 
 local active, failed, ready, scheduled = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -40,7 +42,7 @@ local maxlen = ARGV[1]
 local now = now_ms()
 
 local function backoff(f, failures, jitter)
-  local low, high = num(f[4], 0), num(f[5], 0)
+  local low, high = field(f[4], 'min_backoff'), field(f[5], 'max_backoff')
   local delay = math.min(high, low * 2 ^ (failures - 1))
   return math.floor(math.max(low, delay * (0.5 + jitter / 2)))
 end
@@ -51,7 +53,7 @@ local function fail_for_good(job_key, id, err, ttl)
   hand_to_failure_lane(job_key, id, err, now, maxlen)
   notify_waiters(job_key, id, 'failed', err)
   if not release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index) then
-    retain(job_key, id, failed, ttl or 0, now)
+    retain(job_key, id, failed, field(ttl, 'result_ttl'), now)
   end
   return 'failed'
 end
@@ -69,16 +71,15 @@ for i = 2, #ARGV, 6 do
   local permanent, override, jitter = ARGV[i + 3], ARGV[i + 4], tonumber(ARGV[i + 5])
   local job_key = base .. 'job:' .. id
   local f = redis.call('HMGET', job_key, 'state', 'token', 'max_failures', 'min_backoff',
-                       'max_backoff', 'result_ttl')
+                       'max_backoff', 'result_ttl', 'failures')
   if f[1] ~= 'active' or f[2] ~= token then
     out[#out + 1] = 'lost'
   else
     redis.call('ZREM', active, id)
     end_run(job_key, marker)
-    redis.call('HDEL', job_key, 'token')
-    local failures = num(redis.call('HGET', job_key, 'failures'), 0) + 1
+    local failures = field(f[7], 'failures') + 1
     redis.call('HSET', job_key, 'failures', failures, 'error', err)
-    if permanent == '1' or failures >= num(f[3], 1) then
+    if permanent == '1' or failures >= field(f[3], 'max_failures') then
       out[#out + 1] = fail_for_good(job_key, id, err, f[6])
     else
       local delay = override ~= '' and tonumber(override) or backoff(f, failures, jitter)

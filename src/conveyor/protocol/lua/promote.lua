@@ -15,7 +15,9 @@
 -- Complexity: O(log N).
 
 -- @include common
+-- @include record
 -- @include upsert
+-- @include place
 -- @include finish
 
 local ready, scheduled, marker, events = KEYS[2], KEYS[3], KEYS[4], KEYS[5]

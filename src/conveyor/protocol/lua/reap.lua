@@ -31,7 +31,9 @@
 -- Complexity: O(batch * log N).
 
 -- @include common
+-- @include record
 -- @include upsert
+-- @include place
 -- @include finish
 
 local active, failed, ready, scheduled = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -48,20 +50,19 @@ local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, bat
 for _, id in ipairs(expired) do
   redis.call('ZREM', active, id)
   local job_key = base .. 'job:' .. id
-  local f = redis.call('HMGET', job_key, 'state', 'max_stalls', 'result_ttl')
+  local f = redis.call('HMGET', job_key, 'state', 'max_stalls', 'result_ttl', 'stalls')
   if f[1] == 'active' then
     end_run(job_key, marker)
-    redis.call('HDEL', job_key, 'token')
-    local stalls = num(redis.call('HGET', job_key, 'stalls'), 0) + 1
+    local stalls = field(f[4], 'stalls') + 1
     redis.call('HSET', job_key, 'stalls', stalls)
-    if stalls >= num(f[2], 1) then
+    if stalls >= field(f[2], 'max_stalls') then
       local err = stall_error(stalls)
       redis.call('HSET', job_key, 'state', 'failed', 'finished_at', now, 'error', err)
       emit(events, maxlen, 'event', 'failed', 'id', id, 'error', err)
       hand_to_failure_lane(job_key, id, err, now, maxlen)
       notify_waiters(job_key, id, 'failed', err)
       if not release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index) then
-        retain(job_key, id, failed, f[3] or 0, now)
+        retain(job_key, id, failed, field(f[3], 'result_ttl'), now)
       end
       failed_count = failed_count + 1
     else

@@ -22,7 +22,9 @@
 -- Complexity: O(batch * log N).
 
 -- @include common
+-- @include record
 -- @include upsert
+-- @include place
 -- @include finish
 
 local active, ready, scheduled, marker = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -40,7 +42,6 @@ for i = 2, #ARGV, 3 do
   else
     redis.call('ZREM', active, id)
     end_run(job_key, marker)
-    redis.call('HDEL', job_key, 'token')
     if started ~= '1' then
       redis.call('HSET', job_key, 'attempts',
                  math.max(0, num(redis.call('HGET', job_key, 'attempts'), 1) - 1))

@@ -14,7 +14,9 @@
 -- Complexity: O(log N).
 
 -- @include common
+-- @include record
 -- @include upsert
+-- @include place
 -- @include finish
 
 local ready, events = KEYS[2], KEYS[3]

@@ -30,7 +30,9 @@
 -- Complexity: O(log N).
 
 -- @include common
+-- @include record
 -- @include upsert
+-- @include place
 -- @include finish
 -- @include create
 -- @include schedule

@@ -26,7 +26,9 @@
 -- Complexity: O(log N).
 
 -- @include common
+-- @include record
 -- @include upsert
+-- @include place
 -- @include finish
 -- @include create
 -- @include schedule

@@ -14,7 +14,9 @@
 -- Complexity: O(log N).
 
 -- @include common
+-- @include record
 -- @include upsert
+-- @include place
 -- @include finish
 
 local ready, scheduled, schedules = KEYS[2], KEYS[3], KEYS[4]

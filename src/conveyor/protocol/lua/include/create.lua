@@ -1,6 +1,8 @@
 -- Creating a job record, shared by enqueue and the schedule scripts. Needs
--- `common` and `finish`. `Q` is a table of the queue's keys: meta, ready,
--- scheduled, marker, events, completed, failed.
+-- `common`, `record` and `place`. `Q` is a table of the queue's keys: meta, ready,
+-- scheduled, marker, events, completed, failed; and optionally `pending`, a
+-- list the new waiting ungrouped jobs' (score, id) pairs are appended to,
+-- for the caller to ZADD to ready at once.
 
 -- FIFO sequence numbers count up from 2^30, LIFO ones down from it, so one
 -- priority band holds both orders and every score stays exact.
@@ -23,31 +25,32 @@ local function next_seq(meta, lifo)
   return HALF + (seq % HALF)
 end
 
--- The fields of a new record (`j`: task, data, priority, run_at, lifo,
--- max_failures, max_stalls, min_backoff, max_backoff, timeout, result_ttl,
--- group, and optionally schedule).
--- Returns the HSET arguments and the new seq.
+-- The fields of a new record (`j`: task, data, run_at, lifo, and the
+-- options priority, max_failures, max_stalls, min_backoff, max_backoff,
+-- timeout, result_ttl, group, schedule when set). Options equal to their
+-- record default are not stored, nor run_at when it is now (= created_at),
+-- nor the zero counters. Returns the HSET arguments and the new seq.
+local TEXT_FIELDS = {'group', 'req', 'idx', 'schedule'}
 local function job_fields(j, state, now, meta)
   local seq = next_seq(meta, j.lifo)
-  local fields = {
-    'state', state, 'task', j.task, 'data', j.data, 'priority', j.priority,
-    'seq', seq, 'attempts', 0, 'failures', 0, 'stalls', 0,
-    'max_failures', j.max_failures, 'max_stalls', j.max_stalls,
-    'min_backoff', j.min_backoff, 'max_backoff', j.max_backoff,
-    'timeout', j.timeout, 'result_ttl', j.result_ttl, 'group', j.group or '',
-    'created_at', now, 'run_at', j.run_at,
-  }
-  if j.req and j.req ~= '' then
-    fields[#fields + 1] = 'req'
-    fields[#fields + 1] = j.req
+  local fields = {'state', state, 'task', j.task, 'data', j.data, 'seq', seq, 'created_at', now}
+  local n = 10
+  if not j.plain then  -- a plain job (no options sent) has every option at its default
+    for _, name in ipairs(RECORD_OPTIONS) do
+      local value = j[name]
+      if value and value ~= '' and tonumber(value) ~= RECORD_DEFAULTS[name] then
+        fields[n + 1], fields[n + 2], n = name, value, n + 2
+      end
+    end
   end
-  if j.idx and j.idx ~= '' then
-    fields[#fields + 1] = 'idx'
-    fields[#fields + 1] = j.idx
+  if tonumber(j.run_at) ~= now then
+    fields[n + 1], fields[n + 2], n = 'run_at', j.run_at, n + 2
   end
-  if j.schedule and j.schedule ~= '' then
-    fields[#fields + 1] = 'schedule'
-    fields[#fields + 1] = j.schedule
+  for _, name in ipairs(TEXT_FIELDS) do
+    local value = j[name]
+    if value and value ~= '' then
+      fields[n + 1], fields[n + 2], n = name, value, n + 2
+    end
   end
   return fields, seq
 end
@@ -64,14 +67,21 @@ local function create_job(job_key, j, now, Q, maxlen)
       redis.call('ZADD', base .. 'idx:' .. line, now, j.id)
     end
   end
-  -- a stale entry of an expired record with this id must not sweep the new one
-  redis.call('ZREM', Q.completed, j.id)
-  redis.call('ZREM', Q.failed, j.id)
+  -- a stale entry of an expired record with this id must not sweep the new
+  -- one; an id the producer generated at random (fresh) cannot have one
+  if not j.fresh then
+    redis.call('ZREM', Q.completed, j.id)
+    redis.call('ZREM', Q.failed, j.id)
+  end
   if state == 'delayed' then
     redis.call('ZADD', Q.scheduled, due, j.id)
   elseif j.group and j.group ~= '' then
     redis.call('ZADD', group_ready(j.group), ready_score(j.priority, seq), j.id)
     enter_rotation(j.group)
+  elseif Q.pending then  -- the caller adds these to ready in one ZADD
+    local pending = Q.pending
+    pending[#pending + 1] = ready_score(j.priority, seq)
+    pending[#pending + 1] = j.id
   else
     redis.call('ZADD', Q.ready, ready_score(j.priority, seq), j.id)
   end

@@ -1,6 +1,6 @@
 -- Shared by the scripts that end a run (complete, fail, reap): tell waiters,
 -- keep the record for its retention time, free a singleton's blocked twin.
--- Needs `common` first.
+-- Needs `common`, `upsert` and `place` first.
 
 -- A waiter (see await.lua) registered itself with HINCRBY waiters: only then
 -- is a notification list written, so unobserved jobs cost nothing extra.
@@ -82,50 +82,6 @@ local function sweep(index, now, limit)
   end
 end
 
--- Grouped jobs (a tenant, a user) wait in their group's own ready index;
--- `groups` holds the groups that have ready jobs and may run, scored by
--- when each was last served (lowest first: round robin). A group that is
--- paused or at a limit waits in `gwait` instead (score: when to look again,
--- +inf until an event such as a finished run or a resume).
-local function group_ready(group)
-  return base .. 'gready:' .. group
-end
-
-local function enter_rotation(group)
-  if not redis.call('ZSCORE', base .. 'gwait', group) then
-    redis.call('ZADD', base .. 'groups', 'NX', 0, group)
-  end
-end
-
--- Place a runnable job: ready (and wake a worker) or scheduled at `due`.
-local function place(job_key, id, due, now, ready, scheduled, marker)
-  if due > now then
-    redis.call('HSET', job_key, 'state', 'delayed', 'run_at', due)
-    redis.call('ZADD', scheduled, due, id)
-    wake(marker)
-    return 'delayed'
-  end
-  local f = redis.call('HMGET', job_key, 'priority', 'seq', 'group')
-  redis.call('HSET', job_key, 'state', 'waiting')
-  if f[3] and f[3] ~= '' then
-    redis.call('ZADD', group_ready(f[3]), ready_score(f[1], f[2]), id)
-    enter_rotation(f[3])
-  else
-    redis.call('ZADD', ready, ready_score(f[1], f[2]), id)
-  end
-  wake(marker)
-  return 'waiting'
-end
-
--- Take a waiting job out of whichever ready index holds it.
-local function unready(ready, id, group)
-  if group and group ~= '' then
-    redis.call('ZREM', group_ready(group), id)
-  else
-    redis.call('ZREM', ready, id)
-  end
-end
-
 -- Every run's end (complete, fail, reap, release): free its group's slot,
 -- bring a group that waited for that slot back, and wake a worker when a
 -- concurrency cap may have held one back.
@@ -179,8 +135,8 @@ local function release_blocked(job_key, id, now, ready, scheduled, marker, block
   redis.call('ZREM', blocked_index, id)
   redis.call('RENAME', blocked_key, job_key)
   redis.call('HDEL', job_key, unpack(UPSERT_FLAGS))
-  local due = tonumber(redis.call('HGET', job_key, 'run_at') or '0')
-  place(job_key, id, due, now, ready, scheduled, marker)
+  local times = redis.call('HMGET', job_key, 'run_at', 'created_at')
+  place(job_key, id, tonumber(times[1] or times[2] or '0'), now, ready, scheduled, marker)
   return true
 end
 
@@ -233,12 +189,12 @@ local function hand_to_failure_lane(job_key, id, err, now, maxlen)
                ',"job":' .. record .. '}'
   local seq = 1073741824 + (redis.call('HINCRBY', lane .. 'meta', 'seq', 1) % 1073741824)
   redis.call('HSET', key, 'state', 'waiting', 'task', f[1], 'data', data,
-             'priority', num(f[9], 1000), 'seq', seq, 'attempts', 0, 'failures', 0, 'stalls', 0,
+             'priority', field(f[9], 'priority'), 'seq', seq, 'attempts', 0, 'failures', 0, 'stalls', 0,
              'max_failures', FAILURE_RETRIES, 'max_stalls', 3,
              'min_backoff', FAILURE_MIN_BACKOFF, 'max_backoff', FAILURE_MAX_BACKOFF,
-             'timeout', num(f[7], 0), 'result_ttl', num(f[8], 86400000), 'group', '',
+             'timeout', field(f[7], 'timeout'), 'result_ttl', field(f[8], 'result_ttl'),
              'created_at', now, 'run_at', now)
-  redis.call('ZADD', lane .. 'ready', ready_score(num(f[9], 1000), seq), failure_id)
+  redis.call('ZADD', lane .. 'ready', ready_score(f[9], seq), failure_id)
   wake(lane .. 'marker')
   emit(lane .. 'events', maxlen, 'event', 'created', 'id', failure_id, 'state', 'waiting',
        'failed_id', id)

@@ -1,7 +1,9 @@
 -- Upsert rules, shared by enqueue (a waiting or blocked job enqueued again)
--- and by finish (a blocked twin merged into a retried run). Needs `common`.
+-- and by finish (a blocked twin merged into a retried run). Needs `common`
+-- and `record`.
 --
--- `new` holds job fields (task, data, run_at, max_failures, ...) and the
+-- `new` holds job fields (task, data, run_at, max_failures, ...; a missing
+-- run_at is created_at, a missing option its record default) and the
 -- flags u_data, u_run_at, u_max_failures, u_max_stalls, u_min_backoff,
 -- u_max_backoff, u_reset. u_run_at is '1', '0', 'later' or 'earlier'.
 
@@ -28,14 +30,15 @@ local function upsert(key, new)
   end
   for _, pair in ipairs(OPTION_FLAGS) do
     if new[pair[1]] == '1' then
-      redis.call('HSET', key, pair[2], new[pair[2]])
+      redis.call('HSET', key, pair[2], field(new[pair[2]], pair[2]))
     end
   end
   if new.u_reset == '1' then
     redis.call('HSET', key, 'attempts', 0, 'failures', 0, 'stalls', 0)
   end
-  local current = tonumber(redis.call('HGET', key, 'run_at') or '0')
-  local proposed = tonumber(new.run_at)
+  local times = redis.call('HMGET', key, 'run_at', 'created_at')
+  local current = tonumber(times[1] or times[2] or '0')
+  local proposed = tonumber(new.run_at or new.created_at)
   if takes_run_at(new.u_run_at, current, proposed) then
     redis.call('HSET', key, 'run_at', proposed)
     return proposed
