@@ -153,7 +153,7 @@ class Enqueued:
     state: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass costs ~2 µs more per claimed job
 class ClaimedJob:
     """A leased job as the claim script returned it; fields may be None when
     the record in Redis is corrupt, and the worker then fails the job."""
