@@ -2,6 +2,7 @@
 
 from conveyor.client import AsyncQueue, Enqueued, JobRequest, Queue, QueueSettings, WorkerInfo
 from conveyor.client.events import Event
+from conveyor.client.tasks import Task, Tasks
 from conveyor.errors import ConveyorError, PermanentError
 from conveyor.job import Job, JobState
 from conveyor.options import JobDefaults
@@ -18,6 +19,8 @@ __all__ = [
     "PermanentError",
     "Queue",
     "QueueSettings",
+    "Task",
+    "Tasks",
     "WorkerInfo",
 ]
 __version__ = "0.1.0"
