@@ -120,6 +120,18 @@ def test_promotion_is_bounded_per_call(q: Proto) -> None:
     assert reply.next_due_ms == now - 10
 
 
+def test_a_due_record_without_a_seq_is_promoted_not_stranded(q: Proto) -> None:
+    # Only corruption leaves a record without `seq`; it must still run (at seq 0), not stay
+    # `delayed` outside every index. An id with no record at all is dropped.
+    q.r.hset(q.keys.job("bare"), mapping={"state": "delayed", "task": "t", "data": "1"})
+    q.r.zadd(q.keys.scheduled, {"bare": q.now() - 1, "ghost": q.now() - 1})
+    reply = q.claim(2)
+    assert [j.id for j in reply.jobs] == ["bare"]
+    assert q.members(q.keys.scheduled) == []
+    assert q.job("bare")["state"] == "active"
+    assert q.job("ghost") == {}
+
+
 def test_paused_queue_claims_and_promotes_nothing(q: Proto) -> None:
     now = q.now()
     q.enqueue("a")

@@ -97,8 +97,8 @@ local function promote()
   for _, id in ipairs(due) do
     redis.call('ZREM', scheduled, id)
     local job_key = base .. 'job:' .. id
-    local f = redis.call('HMGET', job_key, 'priority', 'seq', 'group')
-    if f[2] then
+    local f = redis.call('HMGET', job_key, 'priority', 'seq', 'group', 'state')
+    if f[4] then  -- a record without a seq (corrupt) still runs, at seq 0: never stranded
       redis.call('HSET', job_key, 'state', 'waiting')
       if f[3] and f[3] ~= '' then
         redis.call('ZADD', group_ready(f[3]), ready_score(f[1], f[2]), id)
