@@ -12,17 +12,23 @@ import pytest
 
 pytest.importorskip("pyspark", reason="PySpark is not installed: pip install -e '.[spark]'")
 
+import hiredis  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
+from conveyor import serializers  # noqa: E402
 from conveyor.client.core import QueueCore, QueueSettings  # noqa: E402
 from conveyor.errors import (  # noqa: E402
+    NotSerializableError,
     PayloadTooLargeError,
     UnknownOptionError,
     ValidationError,
 )
 from conveyor.integrations.spark import charts, session  # noqa: E402
-from conveyor.integrations.spark.encode import RowEncoder  # noqa: E402
+from conveyor.integrations.spark.encode import Chunk, RowEncoder  # noqa: E402
 from conveyor.integrations.spark.options import Options, parse_instant_ms  # noqa: E402
+from conveyor.integrations.spark.payload import json_objects  # noqa: E402
+from conveyor.integrations.spark.send import EnqueueSender  # noqa: E402
+from conveyor.protocol.ops import ENQUEUE_ARITY  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -69,24 +75,103 @@ def _encoder(**kw: Any) -> RowEncoder:
     return RowEncoder(core, **{**args, **kw})
 
 
+def _jobs(chunk: Chunk) -> list[list[bytes]]:
+    """The script arguments of each job of a chunk, parsed back from its RESP."""
+    reader = hiredis.Reader()
+    reader.feed(b"*%d\r\n" % (chunk.count * ENQUEUE_ARITY) + bytes(chunk.body()))
+    flat = reader.gets()
+    return [flat[i : i + ENQUEUE_ARITY] for i in range(0, len(flat), ENQUEUE_ARITY)]
+
+
 def test_rows_are_encoded_with_conveyor_validation() -> None:
     batch = pa.RecordBatch.from_pydict(
         {"customer": [1, 2], "when": pa.array([0, 1_000_000], pa.timestamp("us", tz="UTC")),
          "priority": [5, None]}
     )  # fmt: skip
-    specs = _encoder().specs(batch, first_row=10)
-    assert [s.id for s in specs] == ["w-3-10", "w-3-11"]
-    assert [s.priority for s in specs] == [5, 1000]  # null -> the queue's default
-    assert {s.request for s in specs} == {"spark-w"}
-    assert json.loads(specs[1].data) == {"customer": 2, "when": "1970-01-01T00:00:01.000000Z"}
+    jobs = _jobs(_encoder().encode(batch, first_row=10))
+    assert [job[0] for job in jobs] == [b"w-3-10", b"w-3-11"]
+    assert [job[3] for job in jobs] == [b"5", b"1000"]  # null -> the queue's default
+    assert {job[21] for job in jobs} == {b"spark-w"}  # the write's request id
+    assert json.loads(jobs[1][2]) == {"customer": 2, "when": "1970-01-01T00:00:01.000000Z"}
     with pytest.raises(ValidationError, match="priority"):
-        _encoder().specs(pa.RecordBatch.from_pydict({"n": [1], "priority": [-1]}), first_row=0)
-    with pytest.raises(PayloadTooLargeError):
-        _encoder().specs(pa.RecordBatch.from_pydict({"text": ["x" * 300]}), first_row=0)
+        _encoder().encode(pa.RecordBatch.from_pydict({"n": [1], "priority": [-1]}), first_row=0)
+    with pytest.raises(PayloadTooLargeError, match="row 0"):
+        _encoder().encode(pa.RecordBatch.from_pydict({"text": ["x" * 300]}), first_row=0)
     with pytest.raises(ValidationError, match="not JSON"):
-        _encoder().specs(pa.RecordBatch.from_pydict({"data": ["{oops"]}), first_row=0)
+        _encoder().encode(pa.RecordBatch.from_pydict({"data": ["{oops"]}), first_row=0)
     with pytest.raises(ValidationError, match="job id"):
-        _encoder().specs(pa.RecordBatch.from_pydict({"id": ["has space"], "n": [1]}), first_row=0)
+        _encoder().encode(pa.RecordBatch.from_pydict({"id": ["ok", "has space"], "n": [1, 2]}), 0)
+    with pytest.raises(ValidationError, match="null"):
+        _encoder().encode(pa.RecordBatch.from_pydict({"id": ["ok", None], "n": [1, 2]}), 0)
+    with pytest.raises(NotSerializableError):
+        _encoder().encode(pa.RecordBatch.from_pydict({"x": [1.0, float("nan")]}), 0)
+
+
+def test_encoding_sends_the_bytes_of_queue_enqueue() -> None:
+    """The column-wise encoding is byte for byte the wire's packing of `ops.enqueue` for the
+    same jobs built by `QueueCore.spec` (what `Queue.enqueue_many` sends)."""
+    import dataclasses
+
+    core = QueueCore("q", QueueSettings())
+    rows = {
+        "id": ["a", "b:{x}", "c"],
+        "task": ["t1", "t2", "t1"],
+        "n": [1, None, -7],
+        "price": [10.5, 3.0, None],
+        "name": ['q"uote', "b\\s", "ünï 😀"],
+        "ctl": ["tab\there", "", None],  # a control character: the per-row JSON path
+        "priority": pa.array([0, None, 2000], pa.int32()),
+        "delay": [None, 60.0, None],
+        "group": [None, "g1", "g1"],
+        "max_failures": [None, None, 7],
+    }
+    batch = pa.RecordBatch.from_pydict(rows)
+    chunk = RowEncoder(
+        core, default_task=None, id_prefix="w", request="spark-w", validate_data=True
+    ).encode(batch, first_row=0)
+    specs = []
+    for row in batch.to_pylist():
+        options = {k: row[k] for k in ("id", "priority", "delay", "group", "max_failures")}
+        data = {k: row[k] for k in ("n", "price", "name", "ctl")}
+        spec = core.spec(row["task"], data, {k: v for k, v in options.items() if v is not None})
+        specs.append(dataclasses.replace(spec, request="spark-w"))
+    call = core.enqueue_call(specs)
+    expected = hiredis.pack_command(
+        ("EVALSHA", core.scripts[call.script].sha, len(call.keys), *call.keys, *call.args)
+    )
+    sender = EnqueueSender(None, core, depth=1, skip_existing=False)  # type: ignore[arg-type]
+    assert b"".join(bytes(part) for part in sender.command(chunk)) == expected
+    assert chunk.groups == ("g1",)
+    assert chunk.without({"b:{x}"}).ids.to_pylist() == ["a", "c"]
+    assert [c.count for c in chunk.split(2)] == [2, 1]
+
+
+def test_payload_json_matches_serializers() -> None:
+    """Column-wise JSON objects decode to what `serializers.dumps` of each row decodes to,
+    types included (a float stays a float)."""
+    import random
+
+    rng = random.Random(7)
+    floats = [0.1, 1e16, 1e-7, -0.0, 500.0, 1e300, 5e-324, 2.5e-5, 1e21, None]
+    floats += [rng.uniform(-1e6, 1e6) * 10 ** rng.randint(-20, 20) for _ in range(500)]
+    n = len(floats)
+    batch = pa.RecordBatch.from_pydict(
+        {"i": pa.array([rng.randint(-(2**63), 2**63 - 1) for _ in range(n)], pa.int64()),
+         "f": pa.array(floats, pa.float64()),
+         "f32": pa.array([rng.uniform(-1, 1) for _ in range(n)], pa.float32()),
+         "s": [rng.choice(["eu", 'q"uote', "back\\slash", "ü", "", None, "😀"]) for _ in range(n)],
+         "b": [rng.choice([True, False, None]) for _ in range(n)],
+         'key "x"': pa.array([1] * n, pa.int8())}
+    )  # fmt: skip
+
+    def typed(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: typed(v) for k, v in value.items()}
+        return type(value).__name__, value
+
+    fast = json_objects(batch).to_pylist()
+    slow = [serializers.dumps(row) for row in batch.to_pylist()]
+    assert [typed(json.loads(a)) for a in fast] == [typed(json.loads(b)) for b in slow]
 
 
 def test_charts_are_well_formed_svg() -> None:

@@ -1,34 +1,41 @@
-"""DataFrame rows (Arrow batches) to validated JobSpecs, on the Spark executors.
+"""DataFrame rows (Arrow batches) to enqueue script arguments, on the Spark executors.
 
 Validation is Conveyor's own: each distinct combination of task and options goes through
-`QueueCore.spec` (the function `Queue.enqueue` uses), and each row then only swaps in its
-id (checked by `check_job_id`) and its data (JSON, checked against the queue's payload
-limit). That keeps one implementation of the rules while costing a few microseconds per
-row instead of a full `spec()` call.
+`QueueCore.spec` (the function `Queue.enqueue` uses) once, giving a template job. A job's
+script arguments are the template's, RESP-encoded once, with only its id and data swapped
+in, so each batch is encoded column-wise in Arrow without a Python object per row: ids are
+checked against `ID_PATTERN` (rows that miss it go through `check_job_id` for its error),
+payload columns become JSON objects (`payload.py`) and sizes are checked against the
+queue's payload limit. The bytes are exactly what `hiredis.pack_command` makes of
+`ops.enqueue`'s arguments for the same jobs (tests/spark check it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from dataclasses import fields
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
+
+import hiredis
 
 from conveyor import serializers
 from conveyor.client.core import QueueCore
 from conveyor.errors import PayloadTooLargeError, ValidationError
 from conveyor.options import check_job_id
-from conveyor.protocol.ops import JobSpec
+from conveyor.protocol.keys import ID_PATTERN
 
+from .payload import json_objects
 from .schema import WRITE_COLUMNS
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["RowEncoder", "check_columns"]
+__all__ = ["Chunk", "RowEncoder", "check_columns", "resp"]
 
-# Reserved columns that become enqueue options, in a fixed order (the template cache key).
+# Reserved columns that become enqueue options, in a fixed order (the template key).
 _OPTION_COLUMNS = (
     "priority",
     "delay",
@@ -42,8 +49,8 @@ _OPTION_COLUMNS = (
     "max_backoff",
 )
 _TEMPLATE_CACHE_MAX = 4096
-_SPEC_FIELDS = [f.name for f in fields(JobSpec)]
-_ID, _DATA, _REQUEST = (_SPEC_FIELDS.index(n) for n in ("id", "data", "request"))
+# Stand-ins for the per-row values in a template's arguments (never valid ids or JSON).
+_ID_SLOT, _DATA_SLOT = "\x00id\x00", "\x00data\x00"
 
 
 def check_columns(names: Sequence[str], *, default_task: str | None) -> None:
@@ -61,8 +68,66 @@ def check_columns(names: Sequence[str], *, default_task: str | None) -> None:
         raise ValidationError("no `data` column and no payload column: nothing to enqueue")
 
 
+def resp(arg: Any) -> bytes:
+    """One argument as RESP, encoded by hiredis as the wire encodes it."""
+    packed: bytes = hiredis.pack_command((arg,))
+    return packed[packed.index(b"\r\n") + 2 :]  # without the "*1" array header
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Jobs for one script call: their ids and each job's RESP-encoded arguments."""
+
+    ids: pa.Array  # string
+    segments: pa.Array  # binary: one job's script arguments, RESP-encoded
+    groups: tuple[str, ...]  # the groups these jobs may be in (for the existence look-up)
+
+    @property
+    def count(self) -> int:
+        return len(self.ids)
+
+    def body(self) -> memoryview:
+        """Every job's arguments, concatenated: a view of the Arrow buffer, no copy."""
+        _, offsets, values = self.segments.buffers()
+        first = self.segments.offset
+        ends = memoryview(offsets).cast("i")  # int32 offsets of a binary array
+        return memoryview(values)[ends[first] : ends[first + self.count]]
+
+    def without(self, ids: set[str]) -> Chunk:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        keep = pc.invert(pc.is_in(self.ids, value_set=pa.array(sorted(ids), pa.string())))
+        return Chunk(self.ids.filter(keep), self.segments.filter(keep), self.groups)
+
+    def split(self, size: int) -> list[Chunk]:
+        return [
+            Chunk(self.ids.slice(i, size), self.segments.slice(i, size), self.groups)
+            for i in range(0, self.count, size)
+        ]
+
+
+class _Template:
+    """A validated job's script arguments as RESP: constant parts around the id and data."""
+
+    def __init__(self, spec: Any) -> None:
+        argv = spec.argv()
+        if argv.count(_ID_SLOT) != 1 or argv.count(_DATA_SLOT) != 1:
+            raise RuntimeError("JobSpec.argv() must carry the id and the data once each")
+        self.slots: list[str] = []  # "id", "data" or "" (a constant part)
+        self.constants: list[bytes] = []
+        for arg in argv:
+            if arg in (_ID_SLOT, _DATA_SLOT):
+                self.slots.append("id" if arg == _ID_SLOT else "data")
+            elif self.slots and self.slots[-1] == "":
+                self.constants[-1] += resp(arg)
+            else:
+                self.slots.append("")
+                self.constants.append(resp(arg))
+
+
 class RowEncoder:
-    """Encodes the rows of one write. Ids are either the `id` column or
+    """Encodes the rows of one task. Ids are either the `id` column or
     `<id_prefix>-<row number>`, where the caller's prefix names the partition (and the
     micro-batch), so a retried task or a replayed batch makes the same ids again.
 
@@ -82,91 +147,163 @@ class RowEncoder:
         self.core = core
         self.request = request
         self.default_task = default_task
-        self.id_prefix = id_prefix
+        self.id_prefix = check_job_id(id_prefix)
         self.validate_data = validate_data
         self.max_payload = core.settings.max_payload
-        self._templates: dict[tuple[Any, ...], _SpecMaker] = {}
+        self._templates: dict[tuple[Any, ...], _Template] = {}
 
-    def specs(self, batch: pa.RecordBatch, first_row: int) -> list[JobSpec]:
-        names = batch.schema.names
+    def encode(self, batch: pa.RecordBatch, first_row: int) -> Chunk:
+        """Every row of `batch` (the rows before it in the task: `first_row`)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        ids = self._ids(batch, first_row)
+        data = self._payloads(batch, first_row)
+        index, templates = self._templates_of(batch)
+        pieces: dict[str, pa.Array] = {"id": _bulk(ids), "data": _bulk(data)}
+        parts: list[Any] = []
+        constant = 0
+        for slot in templates[0].slots:
+            if slot:
+                parts.append(pieces[slot])
+                continue
+            values = [t.constants[constant] for t in templates]
+            constant += 1
+            if index is None:
+                parts.append(pa.scalar(values[0], pa.binary()))
+            else:
+                parts.append(pc.take(pa.array(values, pa.binary()), index))
+        segments = pc.binary_join_element_wise(*parts, pa.scalar(b"", pa.binary()))
+        return Chunk(ids, segments, self._groups(batch))
+
+    # --- ids and data -----------------------------------------------------------------
+
+    def _ids(self, batch: pa.RecordBatch, first_row: int) -> pa.Array:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         n = batch.num_rows
-        columns = {
-            name: batch.column(name).to_pylist()
-            for name in names
-            if name in WRITE_COLUMNS and name != "data"
-        }
-        ids = columns.get("id") or [f"{self.id_prefix}-{first_row + i}" for i in range(n)]
-        tasks = columns.get("task") or [self.default_task] * n
-        option_columns = [(c, columns[c]) for c in _OPTION_COLUMNS if c in columns]
-        payloads = self._payloads(batch)
-        out = []
-        for i in range(n):
-            options = tuple(_option(c, values[i]) for c, values in option_columns)
-            template = self._template(tasks[i], option_columns, options)
-            job_id = ids[i]
-            if job_id is None:
-                raise ValidationError(f"row {first_row + i}: the id column is null")
-            data = payloads[i]
-            if len(data) > self.max_payload // 4 and len(data.encode()) > self.max_payload:
-                raise PayloadTooLargeError(
-                    f"row {first_row + i} (id {job_id!r}): data is {len(data.encode())} bytes, "
-                    f"over the {self.max_payload}-byte limit"
-                )
-            out.append(template(check_job_id(str(job_id)), data))
-        return out
+        if "id" not in batch.schema.names:
+            numbers = pa.array(range(first_row, first_row + n), pa.int64()).cast(pa.string())
+            ids = pc.binary_join_element_wise(f"{self.id_prefix}-", numbers, "")
+            check_job_id(f"{self.id_prefix}-{first_row + n}")  # the longest: all fit
+            return ids
+        ids = batch.column("id")
+        if ids.null_count:
+            row = pc.index(pc.is_null(ids), True).as_py()
+            raise ValidationError(f"row {first_row + row}: the id column is null")
+        ids = ids.cast(pa.string())
+        valid = pc.match_substring_regex(ids, f"^(?:{ID_PATTERN.pattern})$")
+        if not pc.all(valid).as_py():
+            row = pc.index(valid, False).as_py()
+            check_job_id(ids[row].as_py())  # raises, with the rule in its message
+        return ids
 
-    def _template(
-        self, task: Any, option_columns: list[tuple[str, list[Any]]], options: tuple[Any, ...]
-    ) -> _SpecMaker:
-        key = (task, options)
+    def _payloads(self, batch: pa.RecordBatch, first_row: int) -> pa.Array:
+        import pyarrow.compute as pc
+
+        if "data" in batch.schema.names:
+            texts = self._data_column(batch.column("data"), first_row)
+        else:
+            payload = batch.select([n for n in batch.schema.names if n not in WRITE_COLUMNS])
+            texts = json_objects(payload)
+        sizes = pc.binary_length(texts)
+        too_big = pc.greater(sizes, self.max_payload)
+        if pc.any(too_big).as_py():
+            row = pc.index(too_big, True).as_py()
+            raise PayloadTooLargeError(
+                f"row {first_row + row}: data is {sizes[row].as_py()} bytes, "
+                f"over the {self.max_payload}-byte limit"
+            )
+        return texts
+
+    def _data_column(self, column: pa.Array, first_row: int) -> pa.Array:
+        import pyarrow as pa
+
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            raise ValidationError("the `data` column must be a string of JSON text")
+        column = column.cast(pa.string()).fill_null("null")
+        if self.validate_data:
+            for i, value in enumerate(column.to_pylist()):
+                try:
+                    serializers.loads(value)
+                except ValueError as exc:
+                    raise ValidationError(
+                        f"data of row {first_row + i} is not JSON: {exc}"
+                    ) from None
+        return column
+
+    # --- templates: one validated spec per distinct task and options -------------------
+
+    def _templates_of(self, batch: pa.RecordBatch) -> tuple[pa.Array | None, list[_Template]]:
+        """The templates of a batch's rows: (per row its template's position or None when
+        all share one, the templates)."""
+        import pyarrow as pa
+
+        names = [c for c in ("task", *_OPTION_COLUMNS) if c in batch.schema.names]
+        if not names:
+            return None, [self._template(self.default_task, {})]
+        codes = None
+        for name in names:
+            encoded = batch.column(name).dictionary_encode(null_encoding="encode")
+            column_codes = encoded.indices.cast(pa.int64())
+            if codes is None:
+                codes = column_codes
+            else:  # combine, then renumber densely so the product stays small
+                import pyarrow.compute as pc
+
+                combined = pc.add(pc.multiply(codes, len(encoded.dictionary)), column_codes)
+                codes = combined.dictionary_encode().indices.cast(pa.int64())
+        assert codes is not None
+        index = codes.dictionary_encode().indices
+        firsts = (
+            pa.table({"t": index, "row": pa.array(range(len(index)), pa.int64())})
+            .group_by("t")
+            .aggregate([("row", "min")])
+            .sort_by("t")
+        )
+        templates = []
+        for row in firsts.column("row_min").to_pylist():
+            values = {name: _option(name, batch.column(name)[row].as_py()) for name in names}
+            task = values.pop("task", self.default_task)
+            given = {k: v for k, v in values.items() if v is not None}
+            templates.append(self._template(task, given))
+        return (index if len(templates) > 1 else None), templates
+
+    def _template(self, task: Any, given: dict[str, Any]) -> _Template:
+        key = (task, *sorted(given.items()))
         template = self._templates.get(key)
         if template is None:
             if task is None:
                 raise ValidationError("a row has a null task and there is no `task` option")
-            given = {
-                name: value
-                for (name, _), value in zip(option_columns, options, strict=True)
-                if value is not None
-            }
-            # `id` is set so no random id is drawn; each row replaces it.
+            # `id` is set so that no random id is drawn; each row replaces it.
             spec = self.core.spec(str(task), None, {**given, "id": "template"})
-            template = _SpecMaker(spec, self.request)
+            spec = dataclasses.replace(spec, id=_ID_SLOT, data=_DATA_SLOT, request=self.request)
+            template = _Template(spec)
             if len(self._templates) >= _TEMPLATE_CACHE_MAX:
                 self._templates.clear()
             self._templates[key] = template
         return template
 
-    def _payloads(self, batch: pa.RecordBatch) -> list[str]:
-        if "data" in batch.schema.names:
-            texts: list[Any] = batch.column("data").to_pylist()
-            for i, value in enumerate(texts):
-                if value is None:
-                    texts[i] = "null"
-                elif not isinstance(value, str):
-                    raise ValidationError("the `data` column must be a string of JSON text")
-                elif self.validate_data:
-                    try:
-                        serializers.loads(value)
-                    except ValueError as exc:
-                        raise ValidationError(f"data of row {i} is not JSON: {exc}") from None
-            return texts
-        payload = batch.select([n for n in batch.schema.names if n not in WRITE_COLUMNS])
-        return [serializers.dumps(row) for row in _jsonable(payload).to_pylist()]
+    def _groups(self, batch: pa.RecordBatch) -> tuple[str, ...]:
+        if "group" not in batch.schema.names:
+            return ()
+        import pyarrow.compute as pc
+
+        return tuple(sorted(str(g) for g in pc.unique(batch.column("group")).to_pylist() if g))
 
 
-class _SpecMaker:
-    """Copies of a template JobSpec with another id, data and request id: positional
-    construction from the template's values (a third of `dataclasses.replace`'s cost),
-    still correct when JobSpec gains fields."""
+def _bulk(values: pa.Array) -> pa.Array:
+    """Each value as a RESP bulk string: `$<bytes>\\r\\n<value>\\r\\n`."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
-    def __init__(self, template: JobSpec, request: str) -> None:
-        self.values = [getattr(template, name) for name in _SPEC_FIELDS]
-        self.values[_REQUEST] = request
-
-    def __call__(self, job_id: str, data: str) -> JobSpec:
-        values = self.values.copy()
-        values[_ID], values[_DATA] = job_id, data
-        return JobSpec(*values)
+    raw = values.cast(pa.binary())
+    sizes = pc.binary_length(raw).cast(pa.string()).cast(pa.binary())
+    crlf = pa.scalar(b"\r\n", pa.binary())
+    return pc.binary_join_element_wise(
+        pa.scalar(b"$", pa.binary()), sizes, crlf, raw, crlf, pa.scalar(b"", pa.binary())
+    )
 
 
 def _option(column: str, value: Any) -> Any:
@@ -177,26 +314,3 @@ def _option(column: str, value: Any) -> Any:
     if column == "run_at" and isinstance(value, datetime) and value.tzinfo is None:
         return value.replace(tzinfo=UTC)  # Spark hands timestamps over as UTC
     return value
-
-
-def _jsonable(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """Payload columns whose Python values JSON cannot take, made into ones it can:
-    times as ISO-8601 text, decimals as floats. Binary is refused (encode it yourself)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    arrays, names = [], batch.schema.names
-    for name, array in zip(names, batch.columns, strict=True):
-        kind = array.type
-        if pa.types.is_timestamp(kind):
-            if kind.tz is None:
-                array = array.cast(pa.timestamp(kind.unit, tz="UTC"))
-            array = pc.strftime(array, format="%Y-%m-%dT%H:%M:%SZ")
-        elif pa.types.is_date(kind) or pa.types.is_time(kind):
-            array = array.cast(pa.string())
-        elif pa.types.is_decimal(kind):
-            array = array.cast(pa.float64())
-        elif pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
-            raise ValidationError(f"payload column {name!r} is binary: JSON cannot carry it")
-        arrays.append(array)
-    return pa.RecordBatch.from_arrays(arrays, names=names)

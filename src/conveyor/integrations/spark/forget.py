@@ -43,6 +43,7 @@ class ForgetWriter(DataSourceArrowWriter):
 
         keys = self.target.keys()
         client = self.target.client()
+        exchange = store.Exchange(self.target.url, client)
         removed = kept = 0
         try:
             for batch in iterator:
@@ -50,9 +51,11 @@ class ForgetWriter(DataSourceArrowWriter):
                 micros = batch.column("finished_at").cast(pa.int64()).to_pylist()
                 items = [(i, m // 1000) for i, m in zip(ids, micros, strict=True) if i and m]
                 for start in range(0, len(items), self.batch):
-                    r, k = store.forget_finished(client, keys, items[start : start + self.batch])
+                    part = items[start : start + self.batch]
+                    r, k = store.forget_finished(exchange, keys, part)
                     removed, kept = removed + r, kept + k
         finally:
+            exchange.close()
             client.close()
         return Forgotten(removed, kept)
 
@@ -89,6 +92,6 @@ class ForgetDataSource(DataSource):
         report_key = options.text("reportKey")
         if report_key is not None and not report_key.startswith(target.keys().base):
             raise ConfigurationError("reportKey must be a key of the queue (same prefix)")
-        writer = ForgetWriter(target, options.integer("batchSize", 200, minimum=1), report_key)
+        writer = ForgetWriter(target, options.integer("batchSize", 1000, minimum=1), report_key)
         options.finish()
         return writer

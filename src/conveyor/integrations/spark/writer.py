@@ -1,9 +1,10 @@
 """`df.write.format("conveyor")` and `df.writeStream.format("conveyor")`: rows become jobs.
 
 Each Spark task opens its own Redis connection (from the `url` option, never a pickled
-client) and enqueues its partition through the enqueue script `Queue.enqueue` uses
-(`QueueCore.enqueue_call` run by `SyncRunner.run_many`), in chunks of `chunkSize` jobs,
-`pipelineDepth` chunks per round trip.
+client) and enqueues its partition through the enqueue script `Queue.enqueue` uses, with
+the arguments `ops.enqueue` builds: rows are validated and encoded column-wise
+(`encode.py`), then sent in chunks of `chunkSize` jobs, `pipelineDepth` chunks per round
+trip, one round trip in flight while the next is encoded (`send.py`).
 
 Duplicates: ids are the `id` column, else `<writeId>-<partition>-<row>` (batch) or
 `<idPrefix>-<batchId>-<partition>-<row>` (streaming), so a retried task or a replayed
@@ -31,13 +32,12 @@ from pyspark.sql.datasource import (
 )
 
 from conveyor.client.sync import Queue
-from conveyor.client.transport import SyncRunner
 from conveyor.errors import ConfigurationError
-from conveyor.protocol.ops import JobSpec
 
 from . import store
-from .encode import RowEncoder, check_columns
+from .encode import Chunk, RowEncoder, check_columns
 from .options import Options, Target
+from .send import EnqueueSender
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -141,7 +141,6 @@ class _PartitionWrite:
         self.attempt = attempt
         self.queue = _queue(config.target)
         self.core = self.queue.core
-        self.runner = self.queue.runner  # the lean wire when the URL allows
         self.encoder = RowEncoder(
             self.core,
             default_task=config.task,
@@ -149,6 +148,7 @@ class _PartitionWrite:
             request=request,
             validate_data=config.validate_data,
         )
+        self.sender = _sender(self.queue, config)
         self.rows = 0
         self.outcomes: dict[str, int] = {}
         self.staged: str | None = None
@@ -159,45 +159,42 @@ class _PartitionWrite:
             for batch in batches:
                 if batch.num_rows:
                     self._batch(batch)
+            if not self.config.atomic:
+                self.outcomes = self.sender.flush()
         finally:
+            self.sender.close()
             self.queue.close()
         return WriteResult(self.partition, self.attempt, self.rows, self.outcomes, self.staged)
 
     def _batch(self, batch: pa.RecordBatch) -> None:
         config = self.config
-        specs = self.encoder.specs(batch, self.rows)
-        chunks = [specs[i : i + config.chunk_size] for i in range(0, len(specs), config.chunk_size)]
+        chunks = self.encoder.encode(batch, self.rows).split(config.chunk_size)
         if config.atomic:
             self._stage(chunks)
         else:
-            for i in range(0, len(chunks), config.pipeline_depth):
-                self._enqueue(chunks[i : i + config.pipeline_depth])
-        self.rows += len(specs)
+            for chunk in chunks:
+                self.sender.add(chunk)
+        self.rows += batch.num_rows
         limit = config.fail_after_rows
         if limit is not None and self.attempt == 0 and self.rows >= limit:
+            self.sender.flush()  # what was encoded so far is in Redis, as a crash would leave
             raise RuntimeError(f"testFailAfterRows: failing after {self.rows} rows (as asked)")
 
-    def _enqueue(self, chunks: Sequence[Sequence[JobSpec]]) -> None:
-        outcomes = enqueue_chunks(self.queue, self.runner, chunks, self.config.skip_existing)
-        for name, count in outcomes.items():
-            self.outcomes[name] = self.outcomes.get(name, 0) + count
-
-    def _stage(self, chunks: Sequence[Sequence[JobSpec]]) -> None:
+    def _stage(self, chunks: Sequence[Chunk]) -> None:
         keys = self.core.keys
         if self.staged is None:
             self.staged = store.staging_key(
                 keys, self.config.write_id, self.partition, self.attempt
             )
-        blobs = [store.encode_specs(chunk) for chunk in chunks]
         store.stage(
             self.queue.client,
             keys,
             self.config.write_id,
             self.staged,
-            blobs,
+            [store.encode_chunk(chunk) for chunk in chunks],
             self.config.staging_ttl,
         )
-        self.outcomes["staged"] = self.outcomes.get("staged", 0) + sum(map(len, chunks))
+        self.outcomes["staged"] = self.outcomes.get("staged", 0) + sum(c.count for c in chunks)
 
 
 def _queue(target: Target) -> Queue:
@@ -205,27 +202,13 @@ def _queue(target: Target) -> Queue:
     return Queue(target.queue, client=target.client(), settings=target.settings())
 
 
-def enqueue_chunks(
-    queue: Queue, runner: SyncRunner, chunks: Sequence[Sequence[JobSpec]], skip_existing: bool
-) -> dict[str, int]:
-    """Enqueue chunks in one pipelined round trip; outcome -> count ('skipped' for ids
-    that already were jobs)."""
-    outcomes: dict[str, int] = {}
-    if skip_existing:
-        ids = [spec.id for chunk in chunks for spec in chunk]
-        groups = {spec.group for chunk in chunks for spec in chunk}
-        existing = store.existing_ids(queue.client, queue.core.keys, ids, groups)
-        if existing:
-            outcomes["skipped"] = len(existing)
-            chunks = [[s for s in chunk if s.id not in existing] for chunk in chunks]
-            chunks = [chunk for chunk in chunks if chunk]
-    if not chunks:
-        return outcomes
-    replies = runner.run_many([queue.core.enqueue_call(chunk) for chunk in chunks])
-    for chunk, reply in zip(chunks, replies, strict=True):
-        for enqueued in queue.core.enqueued(chunk, reply):
-            outcomes[enqueued.outcome] = outcomes.get(enqueued.outcome, 0) + 1
-    return outcomes
+def _sender(queue: Queue, config: WriteConfig) -> EnqueueSender:
+    return EnqueueSender(
+        queue.client,
+        queue.core,
+        depth=config.pipeline_depth,
+        skip_existing=config.skip_existing,
+    )
 
 
 def _summary(messages: Sequence[WriterCommitMessage | None]) -> dict[str, int]:
@@ -275,22 +258,17 @@ class JobsWriter(DataSourceArrowWriter):
         idempotent per id, so a commit that died half-way can simply be run again."""
         config = self.config
         queue = _queue(config.target)
-        runner = queue.runner
+        sender = _sender(queue, config)
         try:
             queue.check()
             for message in messages:
-                if not isinstance(message, WriteResult) or message.staged is None:
-                    continue
-                group: list[list[JobSpec]] = []
-                for chunk in store.staged_chunks(queue.client, message.staged):
-                    group.append(chunk)
-                    if len(group) >= config.pipeline_depth:
-                        enqueue_chunks(queue, runner, group, config.skip_existing)
-                        group = []
-                if group:
-                    enqueue_chunks(queue, runner, group, config.skip_existing)
+                if isinstance(message, WriteResult) and message.staged is not None:
+                    for chunk in store.staged_chunks(queue.client, message.staged):
+                        sender.add(chunk)
+            sender.flush()
             store.drop_staging(queue.client, queue.core.keys, config.write_id)
         finally:
+            sender.close()
             queue.close()
 
 

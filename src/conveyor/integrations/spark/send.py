@@ -1,0 +1,131 @@
+"""Sending encoded chunks to the enqueue script: pipelined, one round trip always in flight.
+
+Each chunk is one `EVALSHA enqueue` call whose arguments are `ops.enqueue`'s for the same
+jobs: the head (script, keys, events cap, arity) is packed once, each chunk's jobs are
+already RESP (`encode.Chunk`), so a call is three byte strings joined by the kernel.
+
+Calls go out `depth` at a time over one connection, and the next group is sent before the
+replies of the previous one are read: Redis runs one group while this process encodes the
+next. Replies are read in order; an error reply fails the task (Spark retries it, and the
+retry's enqueues of jobs that did get in are re-sends: outcome `exists`, nothing changed).
+A script missing on the server (`NOSCRIPT`: flushed or restarted mid-write) is loaded again
+and every call not yet acknowledged is sent again, for the same reason safely.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from redis import exceptions as rx
+
+from conveyor.client.core import QueueCore
+from conveyor.client.transport import translated
+from conveyor.protocol.ops import ENQUEUE_ARITY, text
+
+from . import store
+from .encode import Chunk, resp
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["EnqueueSender"]
+
+
+class EnqueueSender:
+    """Enqueues chunks of one queue over a connection of `client`; counts the outcomes."""
+
+    def __init__(
+        self, client: redis.Redis, core: QueueCore, *, depth: int, skip_existing: bool
+    ) -> None:
+        self.client = client
+        self.core = core
+        self.depth = depth
+        self.skip_existing = skip_existing
+        call = core.enqueue_call([])
+        self.script = core.scripts[call.script]
+        head = ["EVALSHA", self.script.sha, len(call.keys), *call.keys, *call.args]
+        self.head_count = len(head)
+        self.head = b"".join(resp(arg) for arg in head)
+        self.outcomes: dict[str, int] = {}
+        self._waiting: list[Chunk] = []
+        self._in_flight: deque[list[Chunk]] = deque()
+        self._connection: Any = None
+
+    def add(self, chunk: Chunk) -> None:
+        """Queue a chunk; sends a group of `depth` chunks as soon as there is one."""
+        if chunk.count:
+            self._waiting.append(chunk)
+        if len(self._waiting) >= self.depth:
+            self._send_group()
+
+    def flush(self) -> dict[str, int]:
+        """Send what is left and wait for every reply; returns outcome -> count."""
+        if self._waiting:
+            self._send_group()
+        with translated():
+            while self._in_flight:
+                self._receive(self._in_flight.popleft())
+        return self.outcomes
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.disconnect()  # replies may be unread after an error
+            self.client.connection_pool.release(self._connection)
+            self._connection = None
+
+    def _send_group(self) -> None:
+        group, self._waiting = self._waiting, []
+        with translated():
+            if self.skip_existing:
+                group = self._without_existing(group)
+            if group:
+                self._send(group)
+                self._in_flight.append(group)
+            while len(self._in_flight) > 1:  # keep one group in flight while encoding
+                self._receive(self._in_flight.popleft())
+
+    def _without_existing(self, group: Sequence[Chunk]) -> list[Chunk]:
+        ids = [job_id for chunk in group for job_id in chunk.ids.to_pylist()]
+        groups = {name for chunk in group for name in chunk.groups}
+        existing = store.existing_ids(self.client, self.core.keys, ids, groups)
+        if not existing:
+            return list(group)
+        self.outcomes["skipped"] = self.outcomes.get("skipped", 0) + len(existing)
+        kept = [chunk.without(existing) for chunk in group]
+        return [chunk for chunk in kept if chunk.count]
+
+    def _send(self, group: Sequence[Chunk]) -> None:
+        if self._connection is None:
+            self._connection = self.client.connection_pool.get_connection()
+            if self.client.script_load(self.script.source) != self.script.sha:
+                raise RuntimeError("the server's SHA1 of the enqueue script differs")
+        parts = [part for chunk in group for part in self.command(chunk)]
+        self._connection.send_packed_command(parts, check_health=False)
+
+    def command(self, chunk: Chunk) -> list[Any]:
+        """The RESP of the chunk's script call, in parts (the kernel joins them)."""
+        count = self.head_count + chunk.count * ENQUEUE_ARITY
+        return [b"*%d\r\n" % count, self.head, chunk.body()]
+
+    def _receive(self, group: list[Chunk]) -> None:
+        for i in range(len(group)):
+            try:
+                reply = self._connection.read_response()
+            except rx.NoScriptError:
+                self._send_again(group[i:])
+                return
+            for outcome in reply[0::2]:
+                name = text(outcome)
+                self.outcomes[name] = self.outcomes.get(name, 0) + 1
+
+    def _send_again(self, unacknowledged: list[Chunk]) -> None:
+        """After NOSCRIPT: a new connection, the script loaded, every call not yet
+        acknowledged sent again (re-sends of calls that did run change nothing)."""
+        groups = [unacknowledged, *self._in_flight]
+        self._in_flight.clear()
+        self.close()
+        for group in groups:
+            self._send(group)
+            self._receive(group)
