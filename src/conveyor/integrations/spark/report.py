@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .schema import JOBS_COLUMNS
+from .schema import EVENTS_COLUMNS, JOBS_COLUMNS, ddl
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -36,7 +36,15 @@ __all__ = ["ReportPaths", "main", "report"]
 
 REPORT_VERSION = 1
 _BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
-_JOB_COLUMNS = [name for name, _, _ in JOBS_COLUMNS]
+# Only the columns the report uses are read: Parquet and the Redis readers skip the rest
+# (data and result are most of a job's bytes), and the cached frames stay small.
+_JOB_COLUMNS = ("queue", "id", "task", "priority", "state", "attempts", "stalls", "run_at",
+                "started_at", "finished_at", "error")  # fmt: skip
+_EVENT_COLUMNS = ("event", "at", "error")
+_SCHEMAS = {
+    "conveyor": ddl([c for c in JOBS_COLUMNS if c[0] in _JOB_COLUMNS]),
+    "conveyor_events": ddl([c for c in EVENTS_COLUMNS if c[0] in _EVENT_COLUMNS]),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +67,8 @@ def _archived(spark: SparkSession, path: str | None) -> DataFrame | None:
 
 
 def _live(spark: SparkSession, url: str, queues: Sequence[str], prefix: str, fmt: str) -> Any:
-    frames = [
-        spark.read.format(fmt).option("url", url).option("queue", q).option("prefix", prefix).load()
-        for q in queues
-    ]
+    reader = spark.read.format(fmt).schema(_SCHEMAS[fmt]).option("url", url)
+    frames = [reader.option("queue", q).option("prefix", prefix).load() for q in queues]
     if not frames:
         return None
     union = frames[0]
