@@ -112,6 +112,18 @@ def test_pipeline_end_to_end_writes_the_report(
     with Queue(queue_name, url=redis_url) as q:
         assert sum(q.counts().values()) == 0  # archived, then removed
 
+    # Without events, the throughput and the errors come from the archived jobs.
+    from conveyor.integrations.spark.report import report
+
+    archived = report(spark, str(tmp_path / "r2"), archive_path=str(tmp_path / "out" / "archive"))
+    again = json.loads(Path(archived.json).read_text())
+    assert again["totals"] == summary["totals"] and "events" not in again
+    finished = sum(sum(v for k, v in p.items() if k != "t") for p in again["throughput"]["series"])
+    assert finished == 2000
+    blocked = [e for e in again["top_errors"] if "customer # is blocked" in e["error"]]
+    assert blocked and blocked[0]["events"] == ["failed"]
+    assert blocked[0]["count"] == again["totals"]["failed"]
+
 
 def test_report_over_archive_only(spark: Any, redis_url: str, tmp_path: Path) -> None:
     from conveyor.integrations.spark.report import report

@@ -37,7 +37,7 @@ __all__ = ["ReportPaths", "main", "report"]
 REPORT_VERSION = 1
 _BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
 # Only the columns the report uses are read: Parquet and the Redis readers skip the rest
-# (data and result are most of a job's bytes), and the cached frames stay small.
+# (data and result are most of a job's bytes).
 _JOB_COLUMNS = ("queue", "id", "task", "priority", "state", "attempts", "stalls", "run_at",
                 "started_at", "finished_at", "error")  # fmt: skip
 _EVENT_COLUMNS = ("event", "at", "error")
@@ -166,21 +166,49 @@ def _bucket(span_s: float) -> int:
     return next((b for b in _BUCKETS if span_s / b <= 120), _BUCKETS[-1])
 
 
-def _throughput(timed: DataFrame, lo_us: int | None, hi_us: int | None) -> dict[str, Any]:
-    """Counts per time bucket of `timed` (columns kind, us)."""
+_FINISHING = ("completed", "failed", "retried")
+
+
+def _activity(timed: DataFrame) -> tuple[dict[str, int], dict[str, Any], list[dict[str, Any]]]:
+    """Counts by kind, throughput and top errors of `timed` (columns kind, us, error), from
+    one aggregation: per kind, second and error (first line, numbers masked as `#`) the
+    count, the first and last microsecond and an example line. A few thousand rows reach
+    the driver whatever the number of events, and the events are read once, uncached."""
     from pyspark.sql import functions as F
 
-    if lo_us is None or hi_us is None:
-        return {"bucket_seconds": None, "series": []}
-    size = _bucket((hi_us - lo_us) / 1e6)
-    counts = (
-        timed.groupBy(F.floor(F.col("us") / (size * 1_000_000)).alias("b"), "kind")
-        .count()
+    line = F.substring(F.split(F.col("error"), "\n").getItem(0), 1, 200)
+    rows = (
+        timed.withColumn("line", line)
+        .groupBy(
+            "kind",
+            F.floor(F.col("us") / 1_000_000).alias("second"),
+            F.regexp_replace("line", r"\d+", "#").alias("error"),
+        )
+        .agg(
+            F.count("*").alias("n"),
+            F.min("us").alias("lo"),
+            F.max("us").alias("hi"),
+            F.min("line").alias("example"),
+        )
         .collect()
     )
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["kind"]] = counts.get(row["kind"], 0) + int(row["n"])
+    return counts, _throughput(rows), _top_errors(rows)
+
+
+def _throughput(rows: Sequence[Any]) -> dict[str, Any]:
+    """Completed / failed / retried per time bucket; at most 120 buckets."""
+    timed = [r for r in rows if r["kind"] in _FINISHING and r["second"] is not None]
+    if not timed:
+        return {"bucket_seconds": None, "series": []}
+    lo, hi = min(r["lo"] for r in timed), max(r["hi"] for r in timed)
+    size = _bucket((hi - lo) / 1e6)
     series: dict[int, dict[str, int]] = {}
-    for row in counts:
-        series.setdefault(int(row["b"]), {})[row["kind"]] = int(row["count"])
+    for row in timed:
+        bucket = series.setdefault(int(row["second"]) // size, {})
+        bucket[row["kind"]] = bucket.get(row["kind"], 0) + int(row["n"])
     return {
         "bucket_seconds": size,
         "series": [
@@ -190,61 +218,23 @@ def _throughput(timed: DataFrame, lo_us: int | None, hi_us: int | None) -> dict[
     }
 
 
-def _timeline(jobs: DataFrame | None, events: DataFrame | None) -> tuple[Any, dict[str, int]]:
-    """(kind, us) rows for the throughput chart, and event counts by type; the span comes
-    from the same aggregation as the counts (one Spark job)."""
-    from pyspark.sql import functions as F
-
-    if events is not None:
-        timed = events.select(F.col("event").alias("kind"), F.unix_micros("at").alias("us"))
-    elif jobs is not None:
-        timed = jobs.where(F.col("finished_at").isNotNull()).select(
-            F.col("state").alias("kind"), F.unix_micros("finished_at").alias("us")
+def _top_errors(rows: Sequence[Any]) -> list[dict[str, Any]]:
+    """The ten most frequent errors (grouped with numbers masked), with an example."""
+    grouped: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if row["error"] is None:
+            continue
+        entry = grouped.setdefault(
+            row["error"], {"count": 0, "events": set(), "example": row["example"]}
         )
-    else:
-        return None, {}
-    rows = (
-        timed.groupBy("kind")
-        .agg(F.count("*").alias("n"), F.min("us").alias("lo"), F.max("us").alias("hi"))
-        .collect()
-    )
-    counts = {r["kind"]: int(r["n"]) for r in rows}
-    finishing = [r for r in rows if r["kind"] in ("completed", "failed", "retried")]
-    lo = min((r["lo"] for r in finishing), default=None)
-    hi = max((r["hi"] for r in finishing), default=None)
-    timed = timed.where(F.col("kind").isin("completed", "failed", "retried"))
-    return (timed, lo, hi), counts
-
-
-def _top_errors(jobs: DataFrame | None, events: DataFrame | None) -> list[dict[str, Any]]:
-    from pyspark.sql import functions as F
-
-    if events is not None:
-        source = events.where(F.col("error").isNotNull()).select("error", "event")
-    elif jobs is not None:
-        source = jobs.where(F.col("error").isNotNull()).select(
-            "error", F.col("state").alias("event")
-        )
-    else:
-        return []
-    # Errors are grouped by their first line with numbers masked ("customer # is blocked").
-    first_line = F.substring(F.split(F.col("error"), "\n").getItem(0), 1, 200)
-    rows = (
-        source.withColumn("line", first_line)
-        .groupBy(F.regexp_replace("line", r"\d+", "#").alias("error"))
-        .agg(
-            F.count("*").alias("count"),
-            F.collect_set("event").alias("events"),
-            F.min("line").alias("example"),
-        )
-        .orderBy(F.desc("count"), "error")
-        .limit(10)
-        .collect()
-    )
+        entry["count"] += int(row["n"])
+        entry["events"].add(row["kind"])
+        entry["example"] = min(entry["example"], row["example"])
+    ranked = sorted(grouped.items(), key=lambda item: (-item[1]["count"], item[0]))[:10]
     return [
-        {"error": r["error"], "count": r["count"], "events": sorted(r["events"]),
-         "example": r["example"]}
-        for r in rows
+        {"error": error, "count": e["count"], "events": sorted(e["events"]),
+         "example": e["example"]}
+        for error, e in ranked
     ]  # fmt: skip
 
 
@@ -258,6 +248,7 @@ def summarize(
     live_jobs: bool = True,
 ) -> dict[str, Any]:
     """The report's numbers (what summary.json holds)."""
+    from pyspark.sql import functions as F
 
     from . import register
 
@@ -273,27 +264,31 @@ def summarize(
             jobs.dropDuplicates(["queue", "id", "finished_at"])
             .withColumn("wait", _seconds("started_at", "run_at"))
             .withColumn("run", _seconds("finished_at", "started_at"))
-            .cache()
         )
-    if events is not None:
-        events = events.cache()
     summary: dict[str, Any] = {
         "report_version": REPORT_VERSION,
         "generated_at": datetime.now(UTC).isoformat(),
         "sources": {"archive": archive_path, "queues": list(queues)},
     }
+    timed = None
+    if events is not None:
+        timed = events.select(
+            F.col("event").alias("kind"), F.unix_micros("at").alias("us"), "error"
+        )
+    elif jobs is not None:  # no events: finish times and errors of the jobs, read twice
+        jobs = jobs.cache()
+        timed = jobs.select(
+            F.col("state").alias("kind"), F.unix_micros("finished_at").alias("us"), "error"
+        )
     if jobs is not None:
         summary |= _job_stats(jobs)
-    timeline, counts = _timeline(jobs, events)
+    counts, throughput, errors = _activity(timed) if timed is not None else ({}, {}, [])
     if events is not None:
         summary["events"] = counts
-    summary["throughput"] = (
-        _throughput(*timeline) if timeline else {"bucket_seconds": None, "series": []}
-    )
-    summary["top_errors"] = _top_errors(jobs, events)
-    for frame in (jobs, events):
-        if frame is not None:
-            frame.unpersist()
+    summary["throughput"] = throughput or {"bucket_seconds": None, "series": []}
+    summary["top_errors"] = errors
+    if jobs is not None:
+        jobs.unpersist()
     return summary
 
 
