@@ -53,6 +53,8 @@ class ArchiveResult:
     kept: int  # archived rows whose job had changed meanwhile (left in Redis)
     recovered_runs: int
     seconds: float
+    copy_seconds: float = 0.0  # reading the jobs and writing Parquet
+    remove_seconds: float = 0.0  # reading back what was committed, removing it from Redis
 
 
 def _keys(target: Target) -> tuple[str, str]:
@@ -112,11 +114,13 @@ def _archive_queue(
         run_id = uuid.uuid4().hex[:16]
         client.hset(pending, run_id, json.dumps({"path": path, "started": time.time()}))
         client.pexpire(lock, LOCK_TTL_MS)
+        copying = time.monotonic()
         jobs = _finished_jobs(spark, target, finished_before, run_id)
         jobs.write.mode("append").partitionBy("queue", "day").parquet(path)
         if fail_after_write:
             raise RuntimeError("fail_after_write: stopping after the Parquet commit (as asked)")
         client.pexpire(lock, LOCK_TTL_MS)
+        removing = time.monotonic()
         r, k = _forget_run(spark, target, path, run_id)
         client.hdel(pending, run_id)
         return ArchiveResult(
@@ -127,6 +131,8 @@ def _archive_queue(
             kept=kept + k,
             recovered_runs=len(earlier),
             seconds=round(time.monotonic() - started, 3),
+            copy_seconds=round(removing - copying, 3),
+            remove_seconds=round(time.monotonic() - removing, 3),
         )
     finally:
         _release(client, lock, token)

@@ -218,7 +218,8 @@ def run_pipeline(
         info["workers"] = workers
     with _timed(result, "archive", "archive (Spark reads the jobs back)", say) as info:
         done = archive(spark, url, str(out / "archive"), [queue], prefix=prefix)[0]
-        info.update(rows=done.archived, removed=done.removed)
+        info.update(rows=done.archived, removed=done.removed, copy_seconds=done.copy_seconds,
+                    remove_seconds=done.remove_seconds)  # fmt: skip
     with _timed(result, "report", "report (Spark: archive + live events)", say) as info:
         paths = report(
             spark, str(out / "report"), archive_path=str(out / "archive"), url=url,
