@@ -121,8 +121,8 @@ def test_pipeline_end_to_end_writes_the_report(
     finished = sum(sum(v for k, v in p.items() if k != "t") for p in again["throughput"]["series"])
     assert finished == 2000
     blocked = [e for e in again["top_errors"] if "customer # is blocked" in e["error"]]
-    assert blocked and blocked[0]["events"] == ["failed"]
-    assert blocked[0]["count"] == again["totals"]["failed"]
+    assert sum(e["count"] for e in blocked) == again["totals"]["failed"]  # ~0.1%: maybe none
+    assert all(e["events"] == ["failed"] for e in blocked)
 
 
 def test_report_over_archive_only(spark: Any, redis_url: str, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -89,10 +90,14 @@ def test_rows_are_encoded_with_conveyor_validation() -> None:
          "priority": [5, None]}
     )  # fmt: skip
     jobs = _jobs(_encoder().encode(batch, first_row=10))
-    assert [job[0] for job in jobs] == [b"w-3-10", b"w-3-11"]
-    assert [job[3] for job in jobs] == [b"5", b"1000"]  # null -> the queue's default
-    assert {job[21] for job in jobs} == {b"spark-w"}  # the write's request id
-    assert json.loads(jobs[1][2]) == {"customer": 2, "when": "1970-01-01T00:00:01.000000Z"}
+    core = QueueCore("q", QueueSettings(max_payload=200))
+    expected = [  # null priority -> the queue's default; the write's request id
+        core.spec("t", {"customer": 1, "when": "1970-01-01T00:00:00.000000Z"},
+                  {"id": "w-3-10", "priority": 5}),
+        core.spec("t", {"customer": 2, "when": "1970-01-01T00:00:01.000000Z"}, {"id": "w-3-11"}),
+    ]  # fmt: skip
+    argv = [[str(a).encode() for a in replace(s, request="spark-w").argv()] for s in expected]
+    assert jobs == argv
     with pytest.raises(ValidationError, match="priority"):
         _encoder().encode(pa.RecordBatch.from_pydict({"n": [1], "priority": [-1]}), first_row=0)
     with pytest.raises(PayloadTooLargeError, match="row 0"):
@@ -110,8 +115,6 @@ def test_rows_are_encoded_with_conveyor_validation() -> None:
 def test_encoding_sends_the_bytes_of_queue_enqueue() -> None:
     """The column-wise encoding is byte for byte the wire's packing of `ops.enqueue` for the
     same jobs built by `QueueCore.spec` (what `Queue.enqueue_many` sends)."""
-    import dataclasses
-
     core = QueueCore("q", QueueSettings())
     rows = {
         "id": ["a", "b:{x}", "c"],
@@ -134,7 +137,7 @@ def test_encoding_sends_the_bytes_of_queue_enqueue() -> None:
         options = {k: row[k] for k in ("id", "priority", "delay", "group", "max_failures")}
         data = {k: row[k] for k in ("n", "price", "name", "ctl")}
         spec = core.spec(row["task"], data, {k: v for k, v in options.items() if v is not None})
-        specs.append(dataclasses.replace(spec, request="spark-w"))
+        specs.append(replace(spec, request="spark-w"))
     call = core.enqueue_call(specs)
     expected = hiredis.pack_command(
         ("EVALSHA", core.scripts[call.script].sha, len(call.keys), *call.keys, *call.args)
