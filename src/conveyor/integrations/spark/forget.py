@@ -92,6 +92,6 @@ class ForgetDataSource(DataSource):
         report_key = options.text("reportKey")
         if report_key is not None and not report_key.startswith(target.keys().base):
             raise ConfigurationError("reportKey must be a key of the queue (same prefix)")
-        writer = ForgetWriter(target, options.integer("batchSize", 1000, minimum=1), report_key)
+        writer = ForgetWriter(target, options.integer("batchSize", 200, minimum=1), report_key)
         options.finish()
         return writer
