@@ -254,3 +254,52 @@ def test_an_async_handler_that_fails_after_suspending_is_retried(
     job = sync_queue.get(done.id)
     assert (job.state, job.failures) == (JobState.COMPLETED, 1)
     assert "RuntimeError: first try" in job.error
+
+
+# --- JobPool.lose: a heartbeat that races an outcome's write ------------------------------
+
+
+async def test_a_lost_lease_report_for_a_job_whose_outcome_waits_to_be_written_is_ignored(
+    redis_url: str, queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A heartbeat reads the held leases, the ack writer completes one of those jobs, then the
+    # heartbeat's script finds it no longer active and reports it lost. That job is not lost:
+    # its outcome is written, and the ack's own reply says whether it counted.
+    from conveyor import AsyncQueue
+    from conveyor.protocol.ops import ClaimedJob
+    from conveyor.worker.pool import JobPool
+
+    release = asyncio.Event()
+
+    async def quick(data: Any) -> int:
+        return 1
+
+    async def slow(data: Any) -> int:
+        await release.wait()
+        return 2
+
+    tasks = Tasks(queue_name)
+    handlers = {"quick": Task("quick", quick, tasks), "slow": Task("slow", slow, tasks)}
+    async with AsyncQueue(queue_name, url=redis_url) as queue:
+        pool = JobPool(
+            queue, worker_id="w", handlers=handlers, concurrency=2, lease=30.0,
+            freed=asyncio.Event(),
+        )  # fmt: skip
+        runners = [asyncio.create_task(pool._run_jobs()) for _ in range(2)]  # no ack writer
+        for job_id, task in (("done", "quick"), ("busy", "slow")):
+            pool.accept(ClaimedJob(job_id, task, b"null", 1, *[None] * 9), "tok")
+        for _ in range(100):
+            if pool.held["done"].ended:
+                break
+            await asyncio.sleep(0.01)
+        with caplog.at_level("WARNING", logger="conveyor.worker"):
+            pool.lose(["done", "busy"])
+        assert not pool.held["done"].ctx.lost
+        assert pool.held["busy"].ctx.lost  # still running: stopped
+        assert [r.getMessage() for r in caplog.records] == [
+            "job busy: lease lost (expired or taken over); stopping it"
+        ]
+        release.set()
+        for runner in runners:
+            runner.cancel()
+        await asyncio.gather(*runners, return_exceptions=True)

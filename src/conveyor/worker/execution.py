@@ -32,6 +32,9 @@ class Running:
     # progress writes still in flight: the outcome is written after them,
     # or the ended run would refuse them
     pending: list[asyncio.Future[Any]] = field(default_factory=list)
+    # the handler is done and its outcome waits in the ack buffer: a heartbeat that finds
+    # the lease gone may only have raced that outcome's write, whose reply tells which
+    ended: bool = False
 
 
 @dataclass(frozen=True, slots=True)

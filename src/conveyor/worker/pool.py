@@ -169,6 +169,7 @@ class JobPool:
                         inbox.hand_on()
                         await asyncio.gather(*running.pending, return_exceptions=True)
                     if outcome is not None:
+                        running.ended = True
                         self._acks.add(running.ctx.id, running.ctx.token, outcome)
                         continue
                 self.held.pop(running.ctx.id, None)
@@ -192,7 +193,7 @@ class JobPool:
         """The heartbeat found these leases gone: stop their handlers."""
         for job_id in ids:
             running = self.held.get(job_id)
-            if running is None:
+            if running is None or running.ended:  # the ack's reply says whether it counted
                 continue
             log.warning("job %s: lease lost (expired or taken over); stopping it", job_id)
             running.ctx.lost = True
