@@ -29,7 +29,7 @@ class Scenario:
 
 
 REGISTRY: dict[str, Scenario] = {}
-MODULES = ("workers", "state", "hostile", "server", "network", "security", "cluster", "soak")
+MODULES = ("workers", "state", "hostile", "server", "aof", "network", "security", "cluster", "soak")
 
 
 def scenario(
