@@ -29,7 +29,18 @@ class Scenario:
 
 
 REGISTRY: dict[str, Scenario] = {}
-MODULES = ("workers", "state", "hostile", "server", "aof", "network", "security", "cluster", "soak")
+MODULES = (
+    "workers",
+    "poison",
+    "state",
+    "hostile",
+    "server",
+    "aof",
+    "network",
+    "security",
+    "cluster",
+    "soak",
+)
 
 
 def scenario(
