@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
 import time
 from typing import Any
 
 import redis
-from redis.crc import key_slot
 
 from chaos.checker import Result
-from chaos.harness import Scene, wait_until
+from chaos.harness import Scene
 from chaos.scenarios import scenario
 from chaos.scenarios.state import same_id
 from chaos.scenarios.workers import sigkill_loop
+from conveyor.integrations import redis_cluster
+from conveyor.integrations.redis_cluster import form_cluster, free_cluster_port
 
 
 def _merge(into: Result, part: Result, prefix: str) -> None:
@@ -30,29 +29,11 @@ def _merge(into: Result, part: Result, prefix: str) -> None:
     into.metrics[prefix] = {k: v for k, v in part.metrics.items() if not isinstance(v, dict)}
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def cluster_port(rng: Any) -> int:
-    """A free port whose cluster bus port (+10000) is free too (and <= 65535)."""
-    for _ in range(200):
-        port = rng.randint(20_000, 45_000)
-        if _bindable(port) and _bindable(port + 10_000):
-            return port
-    raise RuntimeError("no free port pair for a cluster node")
-
-
 def start_cluster(scene: Scene, masters: int = 3) -> list[Any]:
     nodes = [
         scene.server(
             name=f"node-{i}",
-            port=cluster_port(scene.rng),
+            port=free_cluster_port(),
             extra_args=[
                 "--cluster-enabled",
                 "yes",
@@ -64,38 +45,13 @@ def start_cluster(scene: Scene, masters: int = 3) -> list[Any]:
         )  # fmt: skip
         for i in range(masters)
     ]
-    addrs = [f"127.0.0.1:{n.port}" for n in nodes]
-    subprocess.run(
-        ["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas", "0", "--cluster-yes"],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
-
-    def ok() -> bool:
-        for n in nodes:
-            c = redis.Redis(port=n.port)
-            try:
-                if b"cluster_state:ok" not in c.execute_command("CLUSTER", "INFO"):
-                    return False
-            finally:
-                c.close()
-        return True
-
-    if not wait_until(ok, 30, 0.2):
-        raise RuntimeError("the cluster did not reach cluster_state:ok")
+    form_cluster([n.port for n in nodes])
     return nodes
 
 
 def slot_owner(nodes: list[Any], queue: str) -> tuple[int, int]:
     """(slot of the queue's hash tag, port of the master that serves it)."""
-    slot = key_slot(f"conveyor:{{{queue}}}:meta".encode())
-    c = redis.Redis(port=nodes[0].port)
-    try:
-        for start, end, master, *_ in c.execute_command("CLUSTER", "SLOTS"):
-            if int(start) <= slot <= int(end):
-                return slot, int(master[1])
-    finally:
-        c.close()
-    raise LookupError(slot)
+    return redis_cluster.slot_owner(nodes[0].port, f"conveyor:{{{queue}}}:meta")
 
 
 def on_another_master(nodes: list[Any], queue: str) -> str:

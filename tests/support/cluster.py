@@ -2,73 +2,32 @@
 
 from __future__ import annotations
 
-import socket
 import time
 
 import redis
-from redis.crc import key_slot
 
+from conveyor.integrations.redis_cluster import form_cluster, free_cluster_port, slot_owner
 from conveyor.integrations.redis_server import RedisProcess
 from support.servers import ServerFactory
-
-SLOTS = 16384
-
-
-def _free_pair() -> int:
-    """A free port whose cluster bus port (+10000) is free too."""
-    for _ in range(200):
-        with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
-            port: int = a.getsockname()[1]
-        if port + 10_000 > 65_535:
-            continue
-        with socket.socket() as b:
-            try:
-                b.bind(("127.0.0.1", port + 10_000))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port pair for a cluster node")
 
 
 def start_cluster(factory: ServerFactory, masters: int = 3) -> list[RedisProcess]:
     """`masters` cluster-enabled servers, the slots split evenly, met, and ok."""
     nodes = [
         factory(
-            port=_free_pair(),
+            port=free_cluster_port(),
             extra_args=["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"],
         )
         for _ in range(masters)
     ]
-    clients = [redis.Redis(port=n.port) for n in nodes]
-    try:
-        for i, client in enumerate(clients):
-            first, last = i * SLOTS // masters, (i + 1) * SLOTS // masters - 1
-            client.execute_command("CLUSTER", "ADDSLOTS", *range(first, last + 1))
-        for node in nodes[1:]:
-            clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", node.port)
-        deadline = time.monotonic() + 30
-        while not all(b"cluster_state:ok" in c.execute_command("CLUSTER", "INFO") for c in clients):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the cluster did not reach cluster_state:ok")
-            time.sleep(0.1)
-    finally:
-        for client in clients:
-            client.close()
+    form_cluster([n.port for n in nodes if n.port is not None])
     return nodes
 
 
 def owner_port(nodes: list[RedisProcess], key: str) -> int:
     """The port of the master that serves `key`'s slot."""
-    slot = key_slot(key.encode())
-    client = redis.Redis(port=nodes[0].port)
-    try:
-        for start, end, master, *_ in client.execute_command("CLUSTER", "SLOTS"):
-            if int(start) <= slot <= int(end):
-                return int(master[1])
-    finally:
-        client.close()
-    raise LookupError(slot)
+    assert nodes[0].port is not None
+    return slot_owner(nodes[0].port, key)[1]
 
 
 def cluster_url(nodes: list[RedisProcess], *, seeds: int = 1) -> str:
@@ -107,7 +66,7 @@ def add_replica(
 ) -> RedisProcess:
     """A new node that joins the cluster as a replica of the master on `master_port`."""
     node = factory(
-        port=_free_pair(),
+        port=free_cluster_port(),
         extra_args=["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"],
     )
     replica, master = redis.Redis(port=node.port), redis.Redis(port=master_port)
