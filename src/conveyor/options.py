@@ -6,6 +6,7 @@ error and leaves Redis untouched.
 
 from __future__ import annotations
 
+import base64
 import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -85,8 +86,18 @@ def check_job_id(value: object) -> str:
     return value
 
 
+ID_BYTES = 12  # 16 characters of base64; a multiple of 3, so ids never carry padding
+
+
 def new_job_id() -> str:
-    return os.urandom(12).hex()
+    """96 random bits in 16 characters (A-Z a-z 0-9 _ .): short ids keep the
+    record key, the ready entry and the events small."""
+    return _ids(os.urandom(ID_BYTES))
+
+
+def _ids(random: bytes) -> str:
+    """Consecutive 16-character ids from ID_BYTES random bytes each."""
+    return base64.b64encode(random, altchars=b"_.").decode("ascii")
 
 
 def _count(value: object, what: str, *, minimum: int = 0) -> int:
@@ -214,7 +225,7 @@ def build_spec(
     """Validate one job's task, data and options into a JobSpec."""
     if not options:  # the common case: the queue's defaults, validated once
         return _default_spec(defaults)(
-            new_job_id(), _task_name(task), _payload(data, max_payload), os.urandom(8).hex()
+            new_job_id(), _task_name(task), _payload(data, max_payload), ""
         )
     values = _validated_defaults(defaults)
     unknown = set(options) - ENQUEUE_OPTIONS
@@ -247,7 +258,8 @@ def build_spec(
         lifo=_bool(options.get("lifo", False), "lifo"),
         group=_group(options.get("group")),
         rules=_rules(options),
-        request=os.urandom(8).hex(),
+        # only a given id needs a request id: a generated one exists only after a re-send
+        request="" if job_id is None else os.urandom(8).hex(),
         index=build_index(options.get("index")),
         given_id=job_id is not None,
     )
@@ -267,26 +279,20 @@ class SpecBuilder:
             return build_spec(
                 task, data, options, defaults=self.defaults, max_payload=self.max_payload
             )
-        random = os.urandom(20).hex()  # the id and the request id, one system call
-        return self._make(
-            random[:24], _task_name(task), _payload(data, self.max_payload), random[24:]
-        )
+        return self._make(new_job_id(), _task_name(task), _payload(data, self.max_payload), "")
 
     def many(self, jobs: Sequence[tuple[str, Any, Mapping[str, Any]]]) -> list[JobSpec]:
-        """Specs of (task, data, options) jobs; the random ids and request ids
-        of the jobs without options come from one urandom call."""
-        random = os.urandom(20 * len(jobs)).hex()  # 24 hex id + 16 hex request per job
+        """Specs of (task, data, options) jobs; the random ids of the jobs
+        without options come from one urandom call."""
+        ids = _ids(os.urandom(ID_BYTES * len(jobs)))
         make, max_payload = self._make, self.max_payload
         specs = []
         for k, (task, data, options) in enumerate(jobs):
             if options:
                 specs.append(self.one(task, data, options))
             else:
-                at = 40 * k
-                specs.append(
-                    make(random[at : at + 24], _task_name(task), _payload(data, max_payload),
-                         random[at + 24 : at + 40])
-                )  # fmt: skip
+                job_id = ids[16 * k : 16 * k + 16]
+                specs.append(make(job_id, _task_name(task), _payload(data, max_payload), ""))
         return specs
 
 

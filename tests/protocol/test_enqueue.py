@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
 from conveyor.protocol import ops
 
-from .harness import HALF, SEQ_SPAN, Proto
+from .harness import HALF, SEQ_SPAN, Proto, text
 
 
 def test_creates_a_waiting_job_field_by_field(q: Proto) -> None:
@@ -364,3 +365,63 @@ def test_events_a_registered_reader_has_not_read_are_never_trimmed(q: Proto) -> 
     q.r.delete(q.keys.consumers)  # without readers the cap applies again
     enqueue("c", 300)
     assert q.r.xlen(q.keys.events) < 300
+
+
+def _generated(q: Proto, job_id: str, data: Any = None) -> ops.JobSpec:
+    """A job as a producer sends one without options: its argv has no opts (a plain job)."""
+    return dataclasses.replace(q.spec(job_id, data=data), given_id=False)
+
+
+def test_a_plain_call_writes_what_the_general_path_writes(q: Proto) -> None:
+    """A call of plain jobs takes enqueue's short path; the records, ready
+    order, counter, marker and events are those of the general path."""
+    q.clear_marker()
+    out = q.enqueue_specs([_generated(q, f"p{i}", data={"n": i}) for i in range(3)])
+    assert [(o.outcome, o.state) for o in out] == [("created", "waiting")] * 3
+    # the same jobs through the general path: a job with an index entry is not plain
+    mixed = [_generated(q, f"g{i}", data={"n": i}) for i in range(3)]
+    mixed.append(q.spec("indexed", index={"k": "v"}))
+    q.enqueue_specs(mixed)
+    for i in range(3):
+        plain, general = q.stored(f"p{i}"), q.stored(f"g{i}")
+        assert plain.keys() == general.keys() == {"state", "task", "data", "seq", "created_at"}
+        assert plain["state"] == "waiting" and plain["data"] == general["data"]
+    assert q.members(q.keys.ready) == ["p0", "p1", "p2", "g0", "g1", "g2", "indexed"]
+    assert [q.stored(f"p{i}")["seq"] for i in range(3)] == [str(HALF + n) for n in (1, 2, 3)]
+    assert q.r.hget(q.keys.meta, "seq") == b"7"
+    assert q.marker_set()
+    created = [e for _, e in q.r.xrange(q.keys.events)][:3]
+    assert [text(e[b"id"]) for e in created] == ["p0", "p1", "p2"]
+    # created_at is the server time of the job's `created` event
+    for (event_id, _), i in zip(q.r.xrange(q.keys.events)[:3], range(3), strict=True):
+        assert text(event_id).split("-")[0] == q.stored(f"p{i}")["created_at"]
+
+
+def test_a_resent_plain_call_changes_nothing(q: Proto) -> None:
+    specs = [_generated(q, f"p{i}") for i in range(3)]
+    q.enqueue_specs(specs)
+    q.claim()  # p0 runs now
+    events, seq = q.r.xlen(q.keys.events), q.r.hget(q.keys.meta, "seq")
+    again = q.enqueue_specs(specs)  # the same call re-sent after a lost reply
+    assert [(o.outcome, o.state) for o in again] == [
+        ("exists", "active"), ("exists", "waiting"), ("exists", "waiting"),
+    ]  # fmt: skip
+    assert (q.r.xlen(q.keys.events), q.r.hget(q.keys.meta, "seq")) == (events, seq)
+    assert q.members(q.keys.ready) == ["p1", "p2"]
+    assert q.stored("p0")["state"] == "active"
+
+
+def test_plain_calls_trim_the_stream_every_64_jobs_but_never_unread_events(q: Proto) -> None:
+    def enqueue(prefix: str, n: int) -> None:
+        for i in range(n):  # one call each
+            q.run(ops.enqueue(q.keys, [_generated(q, f"{prefix}{i}")], events_maxlen=100))
+
+    enqueue("a", 50)
+    read_up_to = q.r.xrange(q.keys.events)[9][0]
+    q.r.hset(q.keys.consumers, "spark-1", read_up_to)  # a reader has read 10 events
+    enqueue("b", 300)
+    assert len(q.r.xrange(q.keys.events, min=b"(" + read_up_to)) == 40 + 300
+    q.r.delete(q.keys.consumers)
+    enqueue("c", 300)
+    # trimmed to about 100 (whole stream nodes of 100 entries), at least every 64 jobs
+    assert q.r.xlen(q.keys.events) <= 100 + 100 + 64

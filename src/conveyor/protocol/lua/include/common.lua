@@ -54,6 +54,16 @@ local function reader_floor(events)
   return slowest_reader
 end
 
+-- Trim the stream to about `maxlen`, never past the slowest registered reader.
+local function trim(events, maxlen)
+  local floor = reader_floor(events)
+  if not floor then
+    redis.call('XTRIM', events, 'MAXLEN', '~', maxlen)
+  elseif redis.call('XLEN', events) > tonumber(maxlen) then
+    redis.call('XTRIM', events, 'MINID', '~', floor)
+  end
+end
+
 local function emit(events, maxlen, ...)
   local floor = reader_floor(events)
   if floor then

@@ -48,7 +48,8 @@ local function job_fields(j, state, now, meta)
   end
   for _, name in ipairs(TEXT_FIELDS) do
     local value = j[name]
-    if value and value ~= '' then
+    -- a generated id needs no request id to tell a re-send: it exists only then
+    if value and value ~= '' and not (name == 'req' and j.fresh) then
       fields[n + 1], fields[n + 2], n = name, value, n + 2
     end
   end
