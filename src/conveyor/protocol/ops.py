@@ -38,7 +38,7 @@ def record_data(record: Mapping[str, Any]) -> Any:
     """The whole data of a record read with HGETALL (text keys; str or bytes values):
     `data`, then `data2`, `data3` ... while present. None when it has no data."""
     data = record.get("data")
-    if data is None or "data2" not in record:
+    if data is None or record.get("data2") is None:
         return data
     parts = [data]
     for name in DATA_PIECE_NAMES[1:]:
