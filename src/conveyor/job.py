@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from conveyor import serializers
-from conveyor.protocol.ops import RECORD_DEFAULTS, text
+from conveyor.protocol.ops import RECORD_DEFAULTS, record_data, text
 from conveyor.timeutil import from_ms
 
 
@@ -92,7 +92,8 @@ def _json_or_text(value: str | None) -> Any:
 
 
 def job_from_hash(queue: str, job_id: str, raw_hash: Mapping[Any, Any]) -> Job:
-    """Build a Job from HGETALL output (bytes or str keys and values)."""
+    """Build a Job from HGETALL output (bytes or str keys and values); data stored in
+    pieces (`data`, `data2`, ...) is joined."""
     raw = {text(k): text(v) for k, v in raw_hash.items()}
     progress = raw.get("progress")
     return Job(
@@ -100,7 +101,7 @@ def job_from_hash(queue: str, job_id: str, raw_hash: Mapping[Any, Any]) -> Job:
         queue=queue,
         state=_state(raw.get("state")),
         task=raw.get("task", ""),
-        data=_json_or_text(raw.get("data")),
+        data=_json_or_text(record_data(raw)),
         priority=_int(raw, "priority"),
         attempts=_int(raw, "attempts"),
         failures=_int(raw, "failures"),

@@ -125,7 +125,7 @@ def test_the_key_layout() -> None:
         "cv:{q}:gconf:tenant-1", "cv:{q}:wake:host-1-ab",
     ]  # fmt: skip
     assert k.base == "cv:{q}:"
-    assert PROTOCOL_VERSION == 2
+    assert PROTOCOL_VERSION == 3
 
 
 @pytest.mark.parametrize("bad", ["", "-a", "a b", "a{b", "a}b", "a:b", "a*", "é", "x" * 129])

@@ -137,3 +137,18 @@ def test_read_events_batch(spark: Any, redis_url: str, mixed_queue: dict[str, An
     assert active["at"].year >= 2024
     failed = next(r for r in rows if r["event"] == "failed")
     assert "bad input" in failed["error"]
+
+
+def test_read_whole_data_stored_in_pieces(spark: Any, redis_url: str, queue_name: str) -> None:
+    """Data over 64 bytes is stored in pieces (protocol §4.1): rows carry it whole, decoded."""
+    import json
+
+    long = "".join("x" * (k % 7) + "é€😀"[k % 3] for k in range(502))  # about 3 KB
+    payloads = {"short": 1, "piece": "a" * 61 + "€" + "b" * 34, "long": long, "whole": "é" * 2500}
+    with Queue(queue_name, url=redis_url) as q:
+        q.enqueue_many([JobRequest("t", data, {"id": name}) for name, data in payloads.items()])
+        q.enqueue("t", long, id="later", delay=3600)
+    df = _jobs(spark, redis_url, queue_name, pageSize="3")
+    rows = {r["id"]: r["data"] for r in df.select("id", "data").collect()}
+    assert {name: json.loads(rows[name]) for name in payloads} == payloads
+    assert json.loads(rows["later"]) == long

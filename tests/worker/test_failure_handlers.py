@@ -90,3 +90,27 @@ def test_a_job_failed_by_stalls_hands_over_a_stall_error(
     payload = lane.get(lane_id).data  # type: ignore[union-attr]
     assert payload["data"] == "x" and payload["error"].startswith("StalledError")
     assert json.dumps(payload["job"]["stalls"]) == "1"
+
+
+def test_a_failure_handler_gets_data_stored_in_pieces_whole(
+    tasks: Tasks, sync_queue: Queue, worker_runner: WorkerRunner
+) -> None:
+    """Data over 64 bytes is stored in pieces (protocol §4.1); so is the lane job's."""
+    text = "".join("x" * (k % 7) + "é€😀"[k % 3] for k in range(502))  # about 3 KB
+    seen: list[dict[str, Any]] = []
+
+    @tasks.task
+    async def parse(data: dict[str, str]) -> None:
+        raise PermanentError(f"cannot parse {len(data['text'])} characters")
+
+    @parse.on_failure
+    async def report(info: dict[str, Any]) -> None:
+        seen.append(info)
+
+    job = parse.enqueue({"text": text})
+    worker_runner.start(tasks)
+    worker_runner.start(tasks, failures=True)
+    wait_until(lambda: seen, timeout=10)
+    assert seen[0]["data"] == {"text": text}
+    assert seen[0]["error"].endswith(f"cannot parse {len(text)} characters")
+    assert sync_queue.get(job.id).data == {"text": text}  # type: ignore[union-attr]

@@ -156,8 +156,9 @@ class EmbeddedRedis:
             appendonly=True,
             appendfsync="everysec",
             # hash-max-ziplist-value (the 6.2 name; 7.x reads it as the listpack
-            # one): job records with payloads up to 1 KiB stay compact listpacks
-            # (about 525 instead of 910 bytes per job with a 100-byte payload)
+            # one): a job's data is stored in 64-byte pieces anyway (protocol
+            # §4.1); this keeps finished records with a result or error of up
+            # to 1 KiB compact listpacks too
             extra_args=(
                 "--maxmemory-policy",
                 "noeviction",

@@ -8,7 +8,7 @@ everything but the line that does I/O.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,26 @@ RECORD_DEFAULTS: dict[str, int] = {
 }  # fmt: skip
 # Fields per job in the claim script's reply (see claim.lua).
 CLAIM_ARITY = 14
+# A record's data longer than 64 bytes (up to 4096) is stored in pieces of at
+# most 64 bytes, `data`, `data2`, `data3` ..., so that the record stays a
+# listpack (docs/protocol.md §4.1; include/record.lua): at most this many.
+DATA_PIECES = 64
+DATA_PIECE_NAMES = ("data", *(f"data{k}" for k in range(2, DATA_PIECES + 1)))
+
+
+def record_data(record: Mapping[str, Any]) -> Any:
+    """The whole data of a record read with HGETALL (text keys; str or bytes values):
+    `data`, then `data2`, `data3` ... while present. None when it has no data."""
+    data = record.get("data")
+    if data is None or record.get("data2") is None:
+        return data
+    parts = [data]
+    for name in DATA_PIECE_NAMES[1:]:
+        piece = record.get(name)
+        if piece is None:
+            break
+        parts.append(piece)
+    return b"".join(parts) if isinstance(data, bytes) else "".join(parts)
 
 
 @dataclass(frozen=True, slots=True)

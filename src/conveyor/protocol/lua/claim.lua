@@ -67,7 +67,7 @@ local INF = -1  -- "until an event", stored as +inf in gwait
 
 local FIELDS = {'state', 'task', 'data', 'attempts', 'failures', 'stalls', 'max_failures',
                 'max_stalls', 'min_backoff', 'max_backoff', 'timeout', 'priority', 'created_at',
-                'schedule', 'group'}
+                'schedule', 'group', 'data2', 'data3'}
 local RETURNED = 14
 -- Returned fields a record leaves out when they hold their default, by
 -- position, and the text of that default (replies carry bulk strings).
@@ -219,6 +219,7 @@ local function take(id, score, from)
     redis.call('HINCRBY', gactive, f[15], 1)
   end
   out[#out + 1] = id
+  f[3] = read_data(job_key, f[3], f[16], f[17])
   f[4] = attempts
   for k = 2, RETURNED do
     out[#out + 1] = f[k] or DEFAULTED[k] or false  -- false: a nil reply, kept in place

@@ -73,9 +73,10 @@ local function enqueue_plain()
     local seq = HALF + ((last - n + 1 + k) % HALF)
     local event_id = redis.call('XADD', events, '*', 'event', 'created', 'id', id,
                                 'state', 'waiting')
-    redis.call('HSET', base .. 'job:' .. id, 'state', 'waiting', 'task', ARGV[i + 1],
-               'data', ARGV[i + 2], 'seq', seq,
-               'created_at', string.match(event_id, '^%d+'))
+    local fields = {'state', 'waiting', 'task', ARGV[i + 1], 'seq', seq,
+                    'created_at', string.match(event_id, '^%d+')}
+    put_data(fields, ARGV[i + 2])
+    redis.call('HSET', base .. 'job:' .. id, unpack(fields))
     ready[#ready + 1] = ready_score(nil, seq)
     ready[#ready + 1] = id
     out[#out + 1] = 'created'

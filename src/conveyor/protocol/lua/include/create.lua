@@ -29,12 +29,14 @@ end
 -- options priority, max_failures, max_stalls, min_backoff, max_backoff,
 -- timeout, result_ttl, group, schedule when set). Options equal to their
 -- record default are not stored, nor run_at when it is now (= created_at),
--- nor the zero counters. Returns the HSET arguments and the new seq.
+-- nor the zero counters; data goes in pieces (`put_data`). Returns the HSET
+-- arguments and the new seq.
 local TEXT_FIELDS = {'group', 'req', 'idx', 'schedule'}
 local function job_fields(j, state, now, meta)
   local seq = next_seq(meta, j.lifo)
-  local fields = {'state', state, 'task', j.task, 'data', j.data, 'seq', seq, 'created_at', now}
-  local n = 10
+  local fields = {'state', state, 'task', j.task, 'seq', seq, 'created_at', now}
+  put_data(fields, j.data)
+  local n = #fields
   if not j.plain then  -- a plain job (no options sent) has every option at its default
     for _, name in ipairs(RECORD_OPTIONS) do
       local value = j[name]

@@ -152,10 +152,7 @@ local function merge_blocked(job_key, id, blocked_index, due)
   if #flat == 0 then
     return due
   end
-  local twin = {}
-  for i = 1, #flat, 2 do
-    twin[flat[i]] = flat[i + 1]
-  end
+  local twin = record_table(flat)
   local run_at = upsert(job_key, twin)
   redis.call('DEL', blocked_key)
   redis.call('ZREM', blocked_index, id)
@@ -172,7 +169,7 @@ local FAILURE_RETRIES, FAILURE_MIN_BACKOFF, FAILURE_MAX_BACKOFF = 10, 60000, 360
 
 local function hand_to_failure_lane(job_key, id, err, now, maxlen)
   local f = redis.call('HMGET', job_key, 'task', 'data', 'attempts', 'failures', 'stalls',
-                       'created_at', 'timeout', 'result_ttl', 'priority')
+                       'created_at', 'timeout', 'result_ttl', 'priority', 'data2', 'data3')
   if not f[1] or redis.call('SISMEMBER', base .. 'failure_tasks', f[1]) == 0 then
     return
   end
@@ -185,15 +182,17 @@ local function hand_to_failure_lane(job_key, id, err, now, maxlen)
   local record = cjson.encode({id = id, task = f[1], attempts = num(f[3], 0),
                                failures = num(f[4], 0), stalls = num(f[5], 0),
                                created_at = num(f[6], 0), finished_at = now})
-  local data = '{"data":' .. (f[2] or 'null') .. ',"error":' .. cjson.encode(err) ..
-               ',"job":' .. record .. '}'
+  local data = '{"data":' .. (read_data(job_key, f[2], f[10], f[11]) or 'null') ..
+               ',"error":' .. cjson.encode(err) .. ',"job":' .. record .. '}'
   local seq = 1073741824 + (redis.call('HINCRBY', lane .. 'meta', 'seq', 1) % 1073741824)
-  redis.call('HSET', key, 'state', 'waiting', 'task', f[1], 'data', data,
+  local fields = {'state', 'waiting', 'task', f[1],
              'priority', field(f[9], 'priority'), 'seq', seq, 'attempts', 0, 'failures', 0, 'stalls', 0,
              'max_failures', FAILURE_RETRIES, 'max_stalls', 3,
              'min_backoff', FAILURE_MIN_BACKOFF, 'max_backoff', FAILURE_MAX_BACKOFF,
              'timeout', field(f[7], 'timeout'), 'result_ttl', field(f[8], 'result_ttl'),
-             'created_at', now, 'run_at', now)
+             'created_at', now, 'run_at', now}
+  put_data(fields, data)
+  redis.call('HSET', key, unpack(fields))
   redis.call('ZADD', lane .. 'ready', ready_score(f[9], seq), failure_id)
   wake(lane .. 'marker')
   emit(lane .. 'events', maxlen, 'event', 'created', 'id', failure_id, 'state', 'waiting',

@@ -26,7 +26,7 @@ end
 -- Applies `new` to the hash at `key`; returns the (possibly new) run_at.
 local function upsert(key, new)
   if new.u_data == '1' then
-    redis.call('HSET', key, 'task', new.task, 'data', new.data)
+    replace_data(key, new.data, {'task', new.task})
   end
   for _, pair in ipairs(OPTION_FLAGS) do
     if new[pair[1]] == '1' then
