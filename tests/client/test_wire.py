@@ -238,3 +238,22 @@ def test_the_wire_reports_a_reset_handshake_as_such(hang_up: HangUpServer) -> No
         await awire.close()
 
     asyncio.run(main())
+
+
+def test_a_reply_that_does_not_come_times_out_then_the_wire_reconnects(redis_url: str) -> None:
+    """The sync wire's sockets block in the kernel with SO_RCVTIMEO (no poll per
+    call): a reply slower than socket_timeout still ends the call in time."""
+    wire = SyncWire(Endpoint.from_url(redis_url, connect_timeout=5.0, socket_timeout=0.3))
+    spin = (  # busy for 1 s on the server
+        "local t = redis.call('TIME') local start = t[1] * 1e6 + t[2] "
+        "repeat t = redis.call('TIME') until t[1] * 1e6 + t[2] - start > 1e6 return 1"
+    )
+    try:
+        started = time.monotonic()
+        with pytest.raises(rx.TimeoutError):
+            wire.call("EVAL", spin, 0)
+        assert 0.25 < time.monotonic() - started < 0.9
+        time.sleep(1.0)  # the script ends; the next call connects again
+        assert wire.call("PING") == b"PONG"
+    finally:
+        wire.close()

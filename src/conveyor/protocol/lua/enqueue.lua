@@ -40,30 +40,34 @@
 -- same effects (docs/protocol.md §6.1, "Plain calls").
 -- Complexity: O(batch * log N).
 
--- @include common
--- @include record
-
--- The common call first, before the other includes define anything: every
--- job plain (opts and idx empty: a generated id, the queue's defaults, no
--- index) and new. It writes what the general path below would write, with
--- fewer commands: one HINCRBY for all the sequence numbers, no TIME (a
--- record's created_at is the time in its `created` event's stream id, read
--- from the server clock by XADD), one ZADD to ready per call, and the
--- stream trimmed only on every 64th sequence number (trimming must read the
--- readers' positions; until then the stream may pass maxlen by up to 64).
+-- The common call first, before any include defines anything (a call pays
+-- for every function its script defines): every job plain (opts and idx
+-- empty: a generated id, the queue's defaults, no index) and new. It writes
+-- what the general path below would write, with fewer commands: one HINCRBY
+-- for all the sequence numbers, no TIME (a record's created_at is the time
+-- in its `created` event's stream id, read from the server clock by XADD),
+-- one ZADD to ready per call, and the stream trimmed only on every 64th
+-- sequence number (trimming must read the readers' positions; until then
+-- the stream may pass maxlen by up to 64).
 local HALF = 1073741824  -- as in `create`: FIFO sequence numbers count up from 2^30
+local DEFAULT_BAND = 1000 * 2147483648  -- ready_score(nil, 0): the default priority
 local F = tonumber(ARGV[2])
 
-local function plain_call()
+-- `short`: and every job's data fits one field (at most 64 bytes: record's
+-- put_data stores it whole).
+local function plain_call(short)
   for i = 3, #ARGV, F do
-    if ARGV[i + 4] ~= '' or ARGV[i + 5] ~= '' then return false end
+    if ARGV[i + 4] ~= '' or ARGV[i + 5] ~= '' or (short and #ARGV[i + 2] > 64) then
+      return false
+    end
   end
   -- the first generated id of a call exists only if this very call was applied before
-  return #ARGV > 2 and redis.call('EXISTS', base .. 'job:' .. ARGV[3]) == 0
+  return #ARGV > 2 and redis.call('EXISTS', KEYS[1] .. 'job:' .. ARGV[3]) == 0
 end
 
-local function enqueue_plain()
-  local events, maxlen = KEYS[6], ARGV[1]
+-- Writes a plain call's jobs; `put(fields, data)` appends a job's data to its
+-- HSET arguments. Returns the reply, and whether the stream is due a trim.
+local function enqueue_plain(put)
   local n = (#ARGV - 2) / F
   local last = redis.call('HINCRBY', KEYS[2], 'seq', n)
   local ready, out = {}, {}
@@ -71,13 +75,13 @@ local function enqueue_plain()
     local i = 3 + k * F
     local id = ARGV[i]
     local seq = HALF + ((last - n + 1 + k) % HALF)
-    local event_id = redis.call('XADD', events, '*', 'event', 'created', 'id', id,
+    local event_id = redis.call('XADD', KEYS[6], '*', 'event', 'created', 'id', id,
                                 'state', 'waiting')
     local fields = {'state', 'waiting', 'task', ARGV[i + 1], 'seq', seq,
-                    'created_at', string.match(event_id, '^%d+')}
-    put_data(fields, ARGV[i + 2])
-    redis.call('HSET', base .. 'job:' .. id, unpack(fields))
-    ready[#ready + 1] = ready_score(nil, seq)
+                    'created_at', string.sub(event_id, 1, string.find(event_id, '-', 1, true) - 1)}
+    put(fields, ARGV[i + 2])
+    redis.call('HSET', KEYS[1] .. 'job:' .. id, unpack(fields))
+    ready[#ready + 1] = DEFAULT_BAND + seq
     ready[#ready + 1] = id
     out[#out + 1] = 'created'
     out[#out + 1] = 'waiting'
@@ -87,13 +91,30 @@ local function enqueue_plain()
     end
   end
   if #ready > 0 then redis.call('ZADD', KEYS[3], unpack(ready)) end
-  wake(KEYS[5])
-  if last % 64 < n then trim(events, maxlen) end
-  return out
+  redis.call('ZADD', KEYS[5], 0, '0')  -- wake(marker)
+  return out, last % 64 < n
 end
 
-if plain_call() then
-  return enqueue_plain()
+local function put_whole(fields, data)
+  fields[#fields + 1] = 'data'
+  fields[#fields + 1] = data
+end
+
+local plain, trim_due = nil, false
+if plain_call(true) then
+  plain, trim_due = enqueue_plain(put_whole)
+  if not trim_due then return plain end
+end
+
+-- @include common
+-- @include record
+
+if not plain and plain_call(false) then  -- a longer data goes in pieces
+  plain, trim_due = enqueue_plain(put_data)
+end
+if plain then
+  if trim_due then trim(KEYS[6], ARGV[1]) end
+  return plain
 end
 
 -- @include upsert
