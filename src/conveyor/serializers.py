@@ -15,6 +15,32 @@ _encoder = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii
 _decoder = json.JSONDecoder()
 
 
+def _not_serializable(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# JSONEncoder.encode builds a new C encoder on every call (about 1 µs of a
+# 1.5 µs float). One built once, without circular-reference markers, is
+# stateless and safe to share: a circular structure ends in RecursionError.
+_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_encode_str = json.encoder.encode_basestring
+_encode_any = (
+    None
+    if _c_make_encoder is None
+    else _c_make_encoder(
+        None, _not_serializable, _encode_str, None, ":", ",", False, False, False
+    )
+)
+
+
+def _encode(value: Any) -> str:
+    if type(value) is str:
+        return _encode_str(value)
+    if _encode_any is None:  # no C accelerator (another Python implementation)
+        return _encoder.encode(value)
+    return "".join(_encode_any(value, 0))
+
+
 # Deeper documents could be encoded here yet not decoded by a worker whose
 # stack is already deeper: refuse them at the producer.
 MAX_DEPTH = 200
@@ -24,7 +50,7 @@ def dumps(value: Any, *, what: str = "data") -> str:
     """Strict JSON: no NaN or Infinity, no custom objects, valid UTF-8 text,
     nesting at most MAX_DEPTH."""
     try:
-        text = _encoder.encode(value)
+        text = _encode(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise NotSerializableError(f"{what} is not JSON-serialisable: {exc}") from None
     if not text.isascii():

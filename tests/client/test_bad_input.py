@@ -28,6 +28,9 @@ def _nested(depth: int) -> Any:
     return value
 
 
+_CIRCULAR: list[Any] = []
+_CIRCULAR.append(_CIRCULAR)
+
 BAD_ENQUEUES: list[tuple[str, dict[str, Any], type[ConveyorError]]] = [
     ("nan", {"data": math.nan}, NotSerializableError),
     ("infinity", {"data": {"x": math.inf}}, NotSerializableError),
@@ -37,6 +40,7 @@ BAD_ENQUEUES: list[tuple[str, dict[str, Any], type[ConveyorError]]] = [
     ("too deep", {"data": _nested(100_000)}, NotSerializableError),
     ("deeper than workers decode", {"data": _nested(201)}, NotSerializableError),
     ("lone surrogate", {"data": "\ud800"}, NotSerializableError),
+    ("circular", {"data": {"self": _CIRCULAR}}, NotSerializableError),
     ("too big", {"data": "x" * (512 * 1024)}, PayloadTooLargeError),
     ("empty id", {"id": ""}, InvalidJobIdError),
     ("id with newline", {"id": "a\nb"}, InvalidJobIdError),

@@ -166,6 +166,26 @@ def _set_io_timeout(sock: socket.socket, timeout: float | None) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, when)
 
 
+# A long pipeline goes out in slices of about this many bytes: Redis starts on
+# the first commands while the rest are still being packed.
+SEND_SLICE = 64 * 1024
+
+
+def _send_in_slices(sock: socket.socket, commands: Sequence[Command]) -> None:
+    pending: list[bytes] = []
+    size = 0
+    for command in commands:
+        packed = hiredis.pack_command(tuple(command))
+        pending.append(packed)
+        size += len(packed)
+        if size >= SEND_SLICE:
+            sock.sendall(b"".join(pending))
+            pending.clear()
+            size = 0
+    if pending:
+        sock.sendall(b"".join(pending))
+
+
 class SyncWire:
     """Blocking RESP over one socket, shared by threads under a lock."""
 
@@ -235,7 +255,7 @@ class SyncWire:
         sock = self._sock
         assert sock is not None
         try:
-            sock.sendall(b"".join(hiredis.pack_command(tuple(c)) for c in commands))
+            _send_in_slices(sock, commands)
             replies: list[Any] = []
             while len(replies) < len(commands):
                 reply = self._reader.gets()
