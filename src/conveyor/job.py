@@ -9,7 +9,8 @@ from datetime import datetime
 from typing import Any
 
 from conveyor import serializers
-from conveyor.protocol.ops import RECORD_DEFAULTS, record_data, text
+from conveyor.protocol.ops import text
+from conveyor.protocol.record import RECORD_DEFAULTS, record_data
 from conveyor.timeutil import from_ms
 
 

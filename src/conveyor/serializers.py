@@ -27,9 +27,7 @@ _encode_str = json.encoder.encode_basestring
 _encode_any = (
     None
     if _c_make_encoder is None
-    else _c_make_encoder(
-        None, _not_serializable, _encode_str, None, ":", ",", False, False, False
-    )
+    else _c_make_encoder(None, _not_serializable, _encode_str, None, ":", ",", False, False, False)
 )
 
 

@@ -14,6 +14,7 @@ from conveyor.client.transport import SyncRunner
 from conveyor.options import JobDefaults, build_spec
 from conveyor.protocol import ops
 from conveyor.protocol.keys import QueueKeys
+from conveyor.protocol.record import RECORD_DEFAULTS
 from conveyor.protocol.scripts import SCRIPT_NAMES, load_script
 
 SCRIPTS = {name: load_script(name) for name in SCRIPT_NAMES}
@@ -32,7 +33,7 @@ def with_defaults(record: dict[str, str]) -> dict[str, str]:
     """A record with the fields it leaves out at their defaults (protocol §4.1)."""
     if not record:
         return record
-    full = {name: str(value) for name, value in ops.RECORD_DEFAULTS.items()}
+    full = {name: str(value) for name, value in RECORD_DEFAULTS.items()}
     full["group"] = ""
     if "created_at" in record:
         full["run_at"] = record["created_at"]

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from conveyor.protocol import ops
 from conveyor.protocol.keys import FAILURE_LANE, QueueKeys
+from conveyor.protocol.record import DATA_PIECE_NAMES
 
 from .harness import PREFIX, Proto
 
@@ -46,7 +46,7 @@ def pieces_of(q: Proto, key: str) -> list[bytes]:
     """The data fields a record holds, in order; fails on a gap or a stray piece."""
     raw = q.r.hgetall(key)
     names = sorted((k for k in raw if k.startswith(b"data")), key=lambda k: int(k[4:] or 1))
-    assert names == [ops.DATA_PIECE_NAMES[i].encode() for i in range(len(names))]
+    assert names == [DATA_PIECE_NAMES[i].encode() for i in range(len(names))]
     return [raw[name] for name in names]
 
 

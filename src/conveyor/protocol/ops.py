@@ -8,45 +8,19 @@ everything but the line that does I/O.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from conveyor.protocol.keys import QueueKeys
+from conveyor.protocol.record import RECORD_DEFAULTS
 
 Arg = str | int | float | bytes
 
 # Fields per job in the enqueue script's ARGV (see enqueue.lua).
 ENQUEUE_ARITY = 6
-# A job record leaves out fields that hold these values (docs/protocol.md
-# §4.1; include/record.lua): every reader of a record applies them.
-RECORD_DEFAULTS: dict[str, int] = {
-    "priority": 1000, "attempts": 0, "failures": 0, "stalls": 0, "max_failures": 3,
-    "max_stalls": 3, "min_backoff": 1000, "max_backoff": 300_000, "timeout": 300_000,
-    "result_ttl": 86_400_000,
-}  # fmt: skip
 # Fields per job in the claim script's reply (see claim.lua).
 CLAIM_ARITY = 14
-# A record's data longer than 64 bytes (up to 4096) is stored in pieces of at
-# most 64 bytes, `data`, `data2`, `data3` ..., so that the record stays a
-# listpack (docs/protocol.md §4.1; include/record.lua): at most this many.
-DATA_PIECES = 64
-DATA_PIECE_NAMES = ("data", *(f"data{k}" for k in range(2, DATA_PIECES + 1)))
-
-
-def record_data(record: Mapping[str, Any]) -> Any:
-    """The whole data of a record read with HGETALL (text keys; str or bytes values):
-    `data`, then `data2`, `data3` ... while present. None when it has no data."""
-    data = record.get("data")
-    if data is None or record.get("data2") is None:
-        return data
-    parts = [data]
-    for name in DATA_PIECE_NAMES[1:]:
-        piece = record.get(name)
-        if piece is None:
-            break
-        parts.append(piece)
-    return b"".join(parts) if isinstance(data, bytes) else "".join(parts)
 
 
 @dataclass(frozen=True, slots=True)

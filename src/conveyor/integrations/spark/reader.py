@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from conveyor.errors import ConfigurationError
-from conveyor.protocol.ops import RECORD_DEFAULTS
+from conveyor.protocol.record import RECORD_DEFAULTS
 
 from . import store
 from .options import Options, Target

@@ -23,7 +23,8 @@ from conveyor.client.transport import translated
 from conveyor.client.wire import SyncWire
 from conveyor.job import JobState
 from conveyor.protocol.keys import QueueKeys
-from conveyor.protocol.ops import DATA_PIECE_NAMES, record_data, text
+from conveyor.protocol.ops import text
+from conveyor.protocol.record import DATA_PIECE_NAMES, record_data
 
 if TYPE_CHECKING:
     from .encode import Chunk
