@@ -44,8 +44,8 @@
 -- for every function its script defines): every job plain (opts and idx
 -- empty: a generated id, the queue's defaults, no index) and new. It writes
 -- what the general path below would write, with fewer commands: one HINCRBY
--- for all the sequence numbers, no TIME (a record's created_at is the time
--- in its `created` event's stream id, read from the server clock by XADD),
+-- for all the sequence numbers, no TIME (created_at is the time in the
+-- call's first `created` event id, read from the server clock by XADD),
 -- one ZADD to ready per call, and the stream trimmed only on every 64th
 -- sequence number (trimming must read the readers' positions; until then
 -- the stream may pass maxlen by up to 64).
@@ -65,22 +65,30 @@ local function plain_call(short)
   return #ARGV > 2 and redis.call('EXISTS', KEYS[1] .. 'job:' .. ARGV[3]) == 0
 end
 
--- Writes a plain call's jobs; `put(fields, data)` appends a job's data to its
--- HSET arguments. Returns the reply, and whether the stream is due a trim.
+-- Writes a plain call's jobs; `put(fields, data)`, when given, appends a
+-- job's data to its HSET arguments (else the data is one field). Returns the
+-- reply, and whether the stream is due a trim.
 local function enqueue_plain(put)
   local n = (#ARGV - 2) / F
   local last = redis.call('HINCRBY', KEYS[2], 'seq', n)
   local ready, out = {}, {}
+  local now  -- the call's first event time: "now" for all its jobs, as TIME is below
   for k = 0, n - 1 do
     local i = 3 + k * F
     local id = ARGV[i]
     local seq = HALF + ((last - n + 1 + k) % HALF)
     local event_id = redis.call('XADD', KEYS[6], '*', 'event', 'created', 'id', id,
                                 'state', 'waiting')
-    local fields = {'state', 'waiting', 'task', ARGV[i + 1], 'seq', seq,
-                    'created_at', string.sub(event_id, 1, string.find(event_id, '-', 1, true) - 1)}
-    put(fields, ARGV[i + 2])
-    redis.call('HSET', KEYS[1] .. 'job:' .. id, unpack(fields))
+    now = now or string.sub(event_id, 1, string.find(event_id, '-', 1, true) - 1)
+    local job_key = KEYS[1] .. 'job:' .. id
+    if put then
+      local fields = {'state', 'waiting', 'task', ARGV[i + 1], 'seq', seq, 'created_at', now}
+      put(fields, ARGV[i + 2])
+      redis.call('HSET', job_key, unpack(fields))
+    else
+      redis.call('HSET', job_key, 'state', 'waiting', 'task', ARGV[i + 1], 'seq', seq,
+                 'created_at', now, 'data', ARGV[i + 2])
+    end
     ready[#ready + 1] = DEFAULT_BAND + seq
     ready[#ready + 1] = id
     out[#out + 1] = 'created'
@@ -95,14 +103,9 @@ local function enqueue_plain(put)
   return out, last % 64 < n
 end
 
-local function put_whole(fields, data)
-  fields[#fields + 1] = 'data'
-  fields[#fields + 1] = data
-end
-
 local plain, trim_due = nil, false
 if plain_call(true) then
-  plain, trim_due = enqueue_plain(put_whole)
+  plain, trim_due = enqueue_plain(nil)
   if not trim_due then return plain end
 end
 
