@@ -19,6 +19,9 @@ RECORD_DEFAULTS: dict[str, int] = {
 # listpack (docs/protocol.md §4.1; include/record.lua): at most this many.
 DATA_PIECES = 64
 DATA_PIECE_NAMES = ("data", *(f"data{k}" for k in range(2, DATA_PIECES + 1)))
+# A piece ends at most 3 bytes short of 64 (never inside a UTF-8 character): a
+# `data` shorter than this is the whole data, and a reader need not look for more.
+FIRST_PIECE_MIN = 61
 
 
 def record_data(record: Mapping[str, Any]) -> Any:

@@ -24,7 +24,7 @@ from conveyor.client.wire import SyncWire
 from conveyor.job import JobState
 from conveyor.protocol.keys import QueueKeys
 from conveyor.protocol.ops import text
-from conveyor.protocol.record import DATA_PIECE_NAMES, record_data
+from conveyor.protocol.record import DATA_PIECE_NAMES, FIRST_PIECE_MIN, record_data
 
 if TYPE_CHECKING:
     from .encode import Chunk
@@ -239,15 +239,14 @@ def fetch_jobs(
     ZRANGE + pipelined HMGET with the same result.
 
     `data` is the whole data: a record stores data over 64 bytes in pieces (`data`,
-    `data2`, ...; docs/protocol.md §4.1), so `data2` is read too, and the rows that have it
-    get all their pieces in one more pipelined round trip."""
+    `data2`, ...; docs/protocol.md §4.1) whose first is at least 61 bytes long, so only the
+    rows whose `data` is that long are looked at again, all their pieces in one more
+    pipelined round trip."""
     pattern = record_pattern(keys, state)
-    pieced = "data" in fields
-    wanted = [*fields, "data2"] if pieced else list(fields)
-    flat = _fetch_rows(client, key, pattern, wanted, start, count)
-    if not pieced:
-        return flat
-    return _whole_data(client, pattern, flat, len(wanted) + 1, list(fields).index("data") + 1)
+    flat = _fetch_rows(client, key, pattern, fields, start, count)
+    if "data" in fields:
+        _join_pieces(client, pattern, flat, len(fields) + 1, list(fields).index("data") + 1)
+    return flat
 
 
 def _fetch_rows(
@@ -273,23 +272,30 @@ def _fetch_rows(
     return flat
 
 
-def _whole_data(
+def _may_have_pieces(data: Any) -> bool:
+    if data is None:
+        return False
+    if isinstance(data, bytes):
+        return len(data) >= FIRST_PIECE_MIN
+    return len(data) * 4 >= FIRST_PIECE_MIN and len(str(data).encode()) >= FIRST_PIECE_MIN
+
+
+def _join_pieces(
     client: redis.Redis, pattern: str, flat: list[Any], width: int, data_at: int
-) -> list[Any]:
-    """`flat` rows of `width` entries whose last one is `data2`, without it, and with the
-    data at `data_at` whole. A split record's pieces are all read again together, so that
-    a record rewritten since the first read still gives the data of one version."""
-    split = [row for row in range(0, len(flat), width) if flat[row + width - 1] is not None]
-    if split:
-        pipe = client.pipeline(transaction=False)
-        for row in split:
-            pipe.hmget(pattern.replace("*", text(flat[row]), 1), list(DATA_PIECE_NAMES))
-        for row, pieces in zip(split, pipe.execute(), strict=True):
-            flat[row + data_at] = record_data(dict(zip(DATA_PIECE_NAMES, pieces, strict=True)))
-    out: list[Any] = []
-    for row in range(0, len(flat), width):
-        out.extend(flat[row : row + width - 1])
-    return out
+) -> None:
+    """Makes the data at `data_at` of every `width`-entry row of `flat` whole. The pieces
+    of a row that may have more are all read again together, so that a record rewritten
+    since the first read still gives the data of one version."""
+    candidates = [
+        k * width for k, data in enumerate(flat[data_at::width]) if _may_have_pieces(data)
+    ]
+    if not candidates:
+        return
+    pipe = client.pipeline(transaction=False)
+    for row in candidates:
+        pipe.hmget(pattern.replace("*", text(flat[row]), 1), list(DATA_PIECE_NAMES))
+    for row, pieces in zip(candidates, pipe.execute(), strict=True):
+        flat[row + data_at] = record_data(dict(zip(DATA_PIECE_NAMES, pieces, strict=True)))
 
 
 # --- archiving: removing finished jobs -------------------------------------------------------
