@@ -53,16 +53,19 @@ local HALF = 1073741824  -- as in `create`: FIFO sequence numbers count up from 
 local DEFAULT_BAND = 1000 * 2147483648  -- ready_score(nil, 0): the default priority
 local F = tonumber(ARGV[2])
 
--- `short`: and every job's data fits one field (at most 64 bytes: record's
--- put_data stores it whole).
-local function plain_call(short)
+-- 'short' for a plain call whose every data fits one field (at most 64 bytes:
+-- record's put_data stores it whole), 'long' for another plain call, else nil.
+local function plain_call()
+  local kind = 'short'
   for i = 3, #ARGV, F do
-    if ARGV[i + 4] ~= '' or ARGV[i + 5] ~= '' or (short and #ARGV[i + 2] > 64) then
-      return false
-    end
+    if ARGV[i + 4] ~= '' or ARGV[i + 5] ~= '' then return nil end
+    if #ARGV[i + 2] > 64 then kind = 'long' end
   end
   -- the first generated id of a call exists only if this very call was applied before
-  return #ARGV > 2 and redis.call('EXISTS', KEYS[1] .. 'job:' .. ARGV[3]) == 0
+  if #ARGV > 2 and redis.call('EXISTS', KEYS[1] .. 'job:' .. ARGV[3]) == 0 then
+    return kind
+  end
+  return nil
 end
 
 -- Writes a plain call's jobs; `put(fields, data)`, when given, appends a
@@ -103,8 +106,8 @@ local function enqueue_plain(put)
   return out, last % 64 < n
 end
 
-local plain, trim_due = nil, false
-if plain_call(true) then
+local plain_kind, plain, trim_due = plain_call(), nil, false
+if plain_kind == 'short' then
   plain, trim_due = enqueue_plain(nil)
   if not trim_due then return plain end
 end
@@ -112,7 +115,7 @@ end
 -- @include common
 -- @include record
 
-if not plain and plain_call(false) then  -- a longer data goes in pieces
+if plain_kind == 'long' then  -- a longer data goes in pieces
   plain, trim_due = enqueue_plain(put_data)
 end
 if plain then

@@ -65,12 +65,9 @@ local function trim(events, maxlen)
 end
 
 local function emit(events, maxlen, ...)
-  local floor = reader_floor(events)
-  if floor then
+  if reader_floor(events) then
     redis.call('XADD', events, '*', ...)
-    if redis.call('XLEN', events) > tonumber(maxlen) then
-      redis.call('XTRIM', events, 'MINID', '~', floor)
-    end
+    trim(events, maxlen)
   else
     redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', ...)
   end
