@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -257,3 +259,91 @@ def test_a_reply_that_does_not_come_times_out_then_the_wire_reconnects(redis_url
         assert wire.call("PING") == b"PONG"
     finally:
         wire.close()
+
+
+def _spin(ms: int) -> str:
+    """A script that keeps the server busy for `ms` milliseconds."""
+    return (
+        "local t = redis.call('TIME') local start = t[1] * 1e6 + t[2] "
+        f"repeat t = redis.call('TIME') until t[1] * 1e6 + t[2] - start > {ms * 1000} return 1"
+    )
+
+
+def test_the_async_wire_times_out_every_caller_whose_reply_does_not_come(redis_url: str) -> None:
+    """One watchdog per connection, not a timer per call: a reply slower than
+    socket_timeout fails its caller and those pipelined behind it in time,
+    and the next call connects again."""
+
+    async def main() -> float:
+        wire = AsyncWire(Endpoint.from_url(redis_url, connect_timeout=5.0, socket_timeout=0.3))
+        try:
+            await wire.call("PING")
+            started = time.monotonic()
+            slow = asyncio.ensure_future(wire.call("EVAL", _spin(1000), 0))
+            behind = asyncio.ensure_future(wire.call("PING"))
+            with pytest.raises(rx.TimeoutError):
+                await slow
+            with pytest.raises(rx.TimeoutError):
+                await behind
+            elapsed = time.monotonic() - started
+            await asyncio.sleep(1.0)  # the script ends; the next call connects again
+            assert await wire.call("PING") == b"PONG"
+            return elapsed
+        finally:
+            await wire.close()
+
+    assert 0.25 < asyncio.run(main()) < 0.9
+
+
+def test_the_async_watchdog_bounds_each_reply_not_the_connection(redis_url: str) -> None:
+    """Calls that each answer within socket_timeout never time out, however
+    long they keep coming (the watchdog moves on to the oldest waiter)."""
+
+    async def main() -> int:
+        wire = AsyncWire(Endpoint.from_url(redis_url, connect_timeout=5.0, socket_timeout=0.3))
+        try:
+            calls = 0
+            started = time.monotonic()
+            while time.monotonic() - started < 1.0:  # 3x the timeout in all
+                assert await wire.call("EVAL", _spin(150), 0) == 1
+                calls += 1
+            return calls
+        finally:
+            await wire.close()
+
+    assert asyncio.run(main()) >= 4
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="uvloop has no Windows build")
+def test_the_async_client_and_worker_run_on_uvloop(redis_url: str) -> None:
+    """uvloop's transports are not asyncio.Transport subclasses: the wire
+    must not require that (uvicorn runs applications on uvloop by default)."""
+    import uvloop
+
+    from conveyor.client.tasks import Tasks
+    from conveyor.worker.runtime import Worker, WorkerSettings
+
+    tasks = Tasks("uv", url=redis_url)
+
+    @tasks.task
+    async def double(n: int) -> int:
+        return 2 * n
+
+    async def main() -> tuple[Any, Any]:
+        assert isinstance(asyncio.get_running_loop(), uvloop.Loop)
+        queue = AsyncQueue("uv", url=redis_url)
+        worker = Worker(tasks, settings=WorkerSettings(concurrency=2, idle_wait=0.5))
+        running = asyncio.ensure_future(worker.run())
+        try:
+            job = await queue.enqueue("double", 21)
+            result = await queue.wait_result(job.id, timeout=10)
+            record = await queue.get(job.id)
+            return result, record
+        finally:
+            worker.stop()
+            await running
+            await queue.close()
+
+    result, record = uvloop.run(main())
+    assert result == 42
+    assert record is not None and record.state.value == "completed"

@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -106,15 +105,25 @@ def async_client(url: str, route: SlotRoute | None = None, **overrides: Any) -> 
     return redis.asyncio.Redis.from_pool(async_pool(route, options))
 
 
-@contextmanager
-def translated() -> Iterator[None]:
-    try:
-        yield
-    except rx.RedisError as exc:
-        mapped = translate(exc)
-        if mapped is None:
-            raise
-        raise mapped from exc
+class _Translated:
+    """Re-raises a redis-py error as Conveyor's (a class, not @contextmanager:
+    it wraps every call, and a generator costs a few µs more per use)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: Any) -> None:
+        if isinstance(exc, rx.RedisError):
+            mapped = translate(exc)
+            if mapped is not None:
+                raise mapped from exc
+
+
+_TRANSLATED = _Translated()
+
+
+def translated() -> _Translated:
+    return _TRANSLATED
 
 
 def _argv(call: Call, script: Script) -> list[Any]:
@@ -131,8 +140,12 @@ def _no_script(result: Any) -> bool:
 RESEND_PAUSES = (0.0, 0.05, 0.2, 0.5, 1.0, 2.0)
 
 
+def _refused(result: Any) -> bool:
+    return isinstance(result, rx.NoScriptError | SlotRedirect)
+
+
 def _to_resend(results: Sequence[Any]) -> list[int]:
-    return [i for i, r in enumerate(results) if isinstance(r, rx.NoScriptError | SlotRedirect)]
+    return [i for i, r in enumerate(results) if _refused(r)]
 
 
 class SyncRunner:
@@ -147,6 +160,14 @@ class SyncRunner:
 
     def run(self, call: Call) -> Any:
         if self.wire is not None:
+            # one round trip without a pipeline's bookkeeping; a refusal is re-sent by run_many
+            with translated():
+                command = ("EVALSHA", *_argv(call, self.scripts[call.script]))
+                result = self.wire.call_many([command])[0]
+                if not isinstance(result, Exception):
+                    return result
+                if not _refused(result):
+                    raise result
             return self.run_many([call])[0]
         script = self.scripts[call.script]
         with translated():
@@ -210,6 +231,13 @@ class AsyncRunner:
 
     async def run(self, call: Call) -> Any:
         if self.wire is not None:
+            with translated():
+                command = ("EVALSHA", *_argv(call, self.scripts[call.script]))
+                result = (await self.wire.call_many([command]))[0]
+                if not isinstance(result, Exception):
+                    return result
+                if not _refused(result):
+                    raise result
             return (await self.run_many([call]))[0]
         script = self.scripts[call.script]
         with translated():

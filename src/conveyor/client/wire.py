@@ -14,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import math
 import socket
 import struct
 import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import hiredis
 from redis import exceptions as rx
@@ -279,17 +280,45 @@ class SyncWire:
 
 
 class _Protocol(asyncio.Protocol):
-    """Replies arrive in request order: each resolves the oldest waiter."""
+    """Replies arrive in request order: each resolves the oldest waiter.
+
+    One watchdog timer per connection bounds how long a reply may take, not a
+    timer per call (an `asyncio.timeout` costs a few µs a call): it fires at
+    the oldest waiter's deadline, and while replies keep coming it only moves
+    on to the next oldest."""
 
     def __init__(self) -> None:
         self.reader = hiredis.Reader()
         self.waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
+        self.deadlines: collections.deque[float] = collections.deque()  # one per waiter
         self.transport: asyncio.Transport | None = None
         self.lost: Exception | None = None
+        self._watchdog: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # not isinstance(..., asyncio.Transport): uvloop's transports do not subclass it
+        self.transport = cast(asyncio.Transport, transport)
+
+    def expect(self, waiters: list[asyncio.Future[Any]], timeout: float | None) -> None:
+        """Waiters for the replies to commands about to be sent."""
+        self.waiters.extend(waiters)
+        loop = asyncio.get_running_loop()
+        deadline = math.inf if timeout is None else loop.time() + timeout
+        self.deadlines.extend([deadline] * len(waiters))
+        if self._watchdog is None and deadline != math.inf:
+            self._watchdog = loop.call_at(deadline, self._check_deadline)
+
+    def _check_deadline(self) -> None:
+        self._watchdog = None
+        if not self.deadlines or self.deadlines[0] == math.inf:
+            return  # all answered: the next send arms it again
+        oldest = self.deadlines[0]
+        loop = asyncio.get_running_loop()
+        if loop.time() >= oldest:
+            # replies would now arrive out of step: this connection is done
+            self.fail(rx.TimeoutError("Timeout reading from Redis"))
+        else:
+            self._watchdog = loop.call_at(oldest, self._check_deadline)
 
     def data_received(self, data: bytes) -> None:
         self.reader.feed(data)
@@ -303,6 +332,7 @@ class _Protocol(asyncio.Protocol):
                 return
             if isinstance(reply, hiredis.ReplyError):
                 reply = error_of(reply)
+            self.deadlines.popleft()
             waiter = self.waiters.popleft()
             if not waiter.done():
                 waiter.set_result(reply)
@@ -312,6 +342,10 @@ class _Protocol(asyncio.Protocol):
 
     def fail(self, error: Exception) -> None:
         self.lost = error
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        self.deadlines.clear()
         while self.waiters:
             waiter = self.waiters.popleft()
             if not waiter.done():
@@ -403,16 +437,13 @@ class AsyncWire:
             return []
         loop = asyncio.get_running_loop()
         waiters = [loop.create_future() for _ in commands]
-        protocol.waiters.extend(waiters)
+        protocol.expect(waiters, self.endpoint.socket_timeout)
         assert protocol.transport is not None
-        protocol.transport.write(b"".join(hiredis.pack_command(tuple(c)) for c in commands))
+        protocol.transport.write(b"".join([hiredis.pack_command(tuple(c)) for c in commands]))
         try:
-            async with asyncio.timeout(self.endpoint.socket_timeout):
-                return [await waiter for waiter in waiters]
-        except TimeoutError as exc:
-            # replies would now arrive out of step: this connection is done
-            protocol.fail(rx.TimeoutError("Timeout reading from Redis"))
-            raise rx.TimeoutError(f"Timeout reading from Redis: {exc}") from exc
+            if len(waiters) == 1:
+                return [await waiters[0]]
+            return [await waiter for waiter in waiters]
         finally:
             # a lost connection fails every waiter: retrieve them all, or asyncio
             # logs "Future exception was never retrieved" for those not awaited
