@@ -273,6 +273,7 @@ class SpecBuilder:
         self.defaults = defaults
         self.max_payload = max_payload
         self._make = _default_spec(defaults)
+        self._plain = self._make("x", "t", "null", "").options() == ""
 
     def one(self, task: str, data: Any, options: Mapping[str, Any]) -> JobSpec:
         if options:
@@ -280,6 +281,13 @@ class SpecBuilder:
                 task, data, options, defaults=self.defaults, max_payload=self.max_payload
             )
         return self._make(new_job_id(), _task_name(task), _payload(data, self.max_payload), "")
+
+    def plain(self, task: str, data: Any) -> tuple[str, str, str] | None:
+        """(a new id, the task, the data) of a job without options whose
+        defaults are the protocol's, so that no JobSpec is needed; else None."""
+        if not self._plain:
+            return None
+        return new_job_id(), _task_name(task), _payload(data, self.max_payload)
 
     def many(self, jobs: Sequence[tuple[str, Any, Mapping[str, Any]]]) -> list[JobSpec]:
         """Specs of (task, data, options) jobs; the random ids of the jobs

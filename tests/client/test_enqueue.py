@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import redis
 
-from conveyor import JobRequest, JobState
+from conveyor import JobRequest, JobState, Queue, QueueSettings
 from conveyor.errors import ValidationError
-from conveyor.options import PRIORITIES
+from conveyor.options import PRIORITIES, JobDefaults
 
 
 def test_enqueue_creates_a_waiting_job_with_defaults(queue: Any) -> None:
@@ -24,6 +24,23 @@ def test_enqueue_creates_a_waiting_job_with_defaults(queue: Any) -> None:
     assert (job.max_failures, job.max_stalls, job.priority) == (3, 3, PRIORITIES["normal"])
     assert job.created_at is not None and job.started_at is None
     assert queue.counts()[JobState.WAITING] == 1
+
+
+def test_a_queue_s_own_defaults_reach_jobs_enqueued_without_options(
+    redis_url: str, queue_name: str
+) -> None:
+    """A job without options normally goes as id, task and data alone; a
+    queue whose defaults differ from the protocol's sends them with it."""
+    settings = QueueSettings(defaults=JobDefaults(max_failures=7, priority=PRIORITIES["high"]))
+    with (
+        Queue(queue_name, url=redis_url, settings=settings) as own,
+        Queue(queue_name, url=redis_url) as plain,
+    ):
+        mine, other = own.enqueue("t", 1), plain.enqueue("t", 2)
+        assert (own.get(mine.id).max_failures, own.get(mine.id).priority) == (7, PRIORITIES["high"])
+        assert (plain.get(other.id).max_failures, plain.get(other.id).priority) == (
+            3, PRIORITIES["normal"],
+        )  # fmt: skip
 
 
 def test_enqueue_with_every_option_is_stored(queue: Any) -> None:

@@ -256,6 +256,23 @@ class QueueCore:
     def spec(self, task: str, data: Any, options: Mapping[str, Any]) -> ops.JobSpec:
         return self.specs.one(task, data, options)
 
+    def enqueue_one(
+        self, task: str, data: Any, options: Mapping[str, Any]
+    ) -> tuple[str, ops.Call]:
+        """The id and the call of one job (without options: no JobSpec built)."""
+        plain = None if options else self.specs.plain(task, data)
+        if plain is None:
+            spec = self.spec(task, data, options)
+            return spec.id, self.enqueue_call([spec])
+        job_id, task, payload = plain
+        maxlen = self.settings.events_maxlen
+        return job_id, ops.enqueue_plain(self.keys, job_id, task, payload, events_maxlen=maxlen)
+
+    def enqueued_one(self, job_id: str, reply: Sequence[Any]) -> Enqueued:
+        if len(reply) != 2:
+            raise ValueError(f"enqueue replied {len(reply)} items for 1 job")
+        return Enqueued(job_id, self.name, _text(reply[0]), _job_state(reply[1]))
+
     def enqueue_call(self, specs: Sequence[ops.JobSpec]) -> ops.Call:
         return ops.enqueue(self.keys, specs, events_maxlen=self.settings.events_maxlen)
 

@@ -124,10 +124,10 @@ class Queue:
 
     def enqueue(self, task: str, data: Any = None, **options: Unpack[EnqueueOptions]) -> Enqueued:
         """Enqueue one job; returns once Redis acknowledged it."""
-        spec = self.core.spec(task, data, options)
+        job_id, call = self.core.enqueue_one(task, data, options)
         self.check()
-        reply = self._send_enqueues([self.core.enqueue_call([spec])])
-        return self.core.enqueued([spec], reply[0])[0]
+        reply = self._send_enqueues([call])
+        return self.core.enqueued_one(job_id, reply[0])
 
     def enqueue_many(
         self, jobs: Iterable[JobRequest | tuple[str, Any]], *, chunk_size: int = 500

@@ -232,6 +232,15 @@ def enqueue(keys: QueueKeys, specs: Sequence[JobSpec], *, events_maxlen: int) ->
     return Call("enqueue", _enqueue_keys(keys), tuple(args))
 
 
+def enqueue_plain(
+    keys: QueueKeys, job_id: str, task: str, data: str, *, events_maxlen: int
+) -> Call:
+    """The call for one job with a generated id and the protocol's defaults
+    (what `enqueue` sends for such a spec, without building the spec)."""
+    args = (events_maxlen, ENQUEUE_ARITY, job_id, task, data, "", "", "")
+    return Call("enqueue", _enqueue_keys(keys), args)
+
+
 @functools.lru_cache(maxsize=256)
 def _enqueue_keys(keys: QueueKeys) -> tuple[str, ...]:
     """Built once per queue: every single enqueue sends them."""
