@@ -6,7 +6,7 @@ error and leaves Redis untouched.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -95,9 +95,13 @@ def new_job_id() -> str:
     return _ids(os.urandom(ID_BYTES))
 
 
+_ALTCHARS = bytes.maketrans(b"+/", b"_.")
+
+
 def _ids(random: bytes) -> str:
-    """Consecutive 16-character ids from ID_BYTES random bytes each."""
-    return base64.b64encode(random, altchars=b"_.").decode("ascii")
+    """Consecutive 16-character ids from ID_BYTES random bytes each (base64
+    with `_.` for `+/`; binascii directly: half the cost of base64.b64encode)."""
+    return binascii.b2a_base64(random, newline=False).translate(_ALTCHARS).decode("ascii")
 
 
 def _count(value: object, what: str, *, minimum: int = 0) -> int:

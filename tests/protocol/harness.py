@@ -10,6 +10,7 @@ from typing import Any
 
 import redis
 
+from conveyor import serializers
 from conveyor.client.transport import SyncRunner
 from conveyor.options import JobDefaults, build_spec
 from conveyor.protocol import ops
@@ -67,6 +68,11 @@ class Proto:
 
     def enqueue_specs(self, specs: Sequence[ops.JobSpec]) -> list[ops.Enqueued]:
         return ops.decode_enqueue(self.run(ops.enqueue(self.keys, specs, events_maxlen=MAXLEN)))
+
+    def enqueue_new(self, *jobs: tuple[str, Any]) -> int:
+        """The first send of (id, data) jobs with generated ids and no options."""
+        new = [(job_id, "t", serializers.dumps(data)) for job_id, data in jobs]
+        return int(self.run(ops.enqueue_new(self.keys, new, events_maxlen=MAXLEN)))
 
     def enqueue(
         self, job_id: str, task: str = "t", data: Any = None, **options: Any

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 import pytest
@@ -368,41 +369,51 @@ def test_events_a_registered_reader_has_not_read_are_never_trimmed(q: Proto) -> 
 
 
 def _generated(q: Proto, job_id: str, data: Any = None) -> ops.JobSpec:
-    """A job as a producer sends one without options: its argv has no opts (a plain job)."""
+    """A job as a producer sends one without options: its argv has no opts."""
     return dataclasses.replace(q.spec(job_id, data=data), given_id=False)
 
 
-def test_a_plain_call_writes_what_the_general_path_writes(q: Proto) -> None:
-    """A call of plain jobs takes enqueue's short path; the records, ready
-    order, counter, marker and events are those of the general path."""
+@pytest.mark.parametrize("data", [7, "a" * 61 + "€" + "b" * 34], ids=["short", "in-pieces"])
+def test_a_first_send_writes_what_enqueue_writes(q: Proto, data: Any) -> None:
+    """enqueue_new creates new plain jobs without looking them up; the
+    records, ready order, counter, marker and events are enqueue's."""
     q.clear_marker()
-    out = q.enqueue_specs([_generated(q, f"p{i}", data={"n": i}) for i in range(3)])
-    assert [(o.outcome, o.state) for o in out] == [("created", "waiting")] * 3
-    # the same jobs through the general path: a job with an index entry is not plain
-    mixed = [_generated(q, f"g{i}", data={"n": i}) for i in range(3)]
-    mixed.append(q.spec("indexed", index={"k": "v"}))
-    q.enqueue_specs(mixed)
+    assert q.enqueue_new(*[(f"p{i}", [i, data]) for i in range(3)]) == 3
+    # the same jobs through enqueue (an indexed job is not plain: it never goes to enqueue_new)
+    general = [_generated(q, f"g{i}", data=[i, data]) for i in range(3)]
+    general.append(q.spec("indexed", index={"k": "v"}))
+    q.enqueue_specs(general)
     for i in range(3):
-        plain, general = q.stored(f"p{i}"), q.stored(f"g{i}")
-        assert plain.keys() == general.keys() == {"state", "task", "data", "seq", "created_at"}
-        assert plain["state"] == "waiting" and plain["data"] == general["data"]
+        new, old = q.stored(f"p{i}"), q.stored(f"g{i}")
+        assert new.keys() == old.keys() and new.keys() >= {"state", "task", "data", "seq"}
+        assert new.keys() - {"state", "task", "seq", "created_at"} == {
+            k for k in old if k.startswith("data")
+        }
+        assert {k: v for k, v in new.items() if k.startswith("data")} == {
+            k: v for k, v in old.items() if k.startswith("data")
+        }
+        assert (new["state"], new["task"]) == ("waiting", "t")
     assert q.members(q.keys.ready) == ["p0", "p1", "p2", "g0", "g1", "g2", "indexed"]
     assert [q.stored(f"p{i}")["seq"] for i in range(3)] == [str(HALF + n) for n in (1, 2, 3)]
     assert q.r.hget(q.keys.meta, "seq") == b"7"
     assert q.marker_set()
-    created = [e for _, e in q.r.xrange(q.keys.events)][:3]
-    assert [text(e[b"id"]) for e in created] == ["p0", "p1", "p2"]
+    events = q.r.xrange(q.keys.events)
+    assert [(text(e[b"event"]), text(e[b"id"]), text(e[b"state"])) for _, e in events[:3]] == [
+        ("created", f"p{i}", "waiting") for i in range(3)
+    ]
     # created_at is the server time of the call's first `created` event
-    first_event = text(q.r.xrange(q.keys.events)[0][0])
+    first_event = text(events[0][0])
     assert {q.stored(f"p{i}")["created_at"] for i in range(3)} == {first_event.split("-")[0]}
+    (job,) = q.claim().jobs
+    assert (job.id, json.loads(job.data)) == ("p0", [0, data])
 
 
-def test_a_resent_plain_call_changes_nothing(q: Proto) -> None:
-    specs = [_generated(q, f"p{i}") for i in range(3)]
-    q.enqueue_specs(specs)
+def test_a_lost_first_send_is_resent_through_enqueue_and_changes_nothing(q: Proto) -> None:
+    new = ops.enqueue_new(q.keys, [(f"p{i}", "t", "null") for i in range(3)], events_maxlen=100)
+    assert q.run(new) == 3
     q.claim()  # p0 runs now
     events, seq = q.r.xlen(q.keys.events), q.r.hget(q.keys.meta, "seq")
-    again = q.enqueue_specs(specs)  # the same call re-sent after a lost reply
+    again = ops.decode_enqueue(q.run(ops.resend_of_new(q.keys, new)))  # its reply was lost
     assert [(o.outcome, o.state) for o in again] == [
         ("exists", "active"), ("exists", "waiting"), ("exists", "waiting"),
     ]  # fmt: skip
@@ -411,10 +422,18 @@ def test_a_resent_plain_call_changes_nothing(q: Proto) -> None:
     assert q.stored("p0")["state"] == "active"
 
 
-def test_plain_calls_trim_the_stream_every_64_jobs_but_never_unread_events(q: Proto) -> None:
+def test_a_first_send_that_never_arrived_is_created_by_its_resend(q: Proto) -> None:
+    new = ops.enqueue_new(q.keys, [("p0", "t", "1"), ("p1", "t", "2")], events_maxlen=100)
+    again = ops.decode_enqueue(q.run(ops.resend_of_new(q.keys, new)))
+    assert [(o.outcome, o.state) for o in again] == [("created", "waiting")] * 2
+    assert q.members(q.keys.ready) == ["p0", "p1"]
+    assert "req" not in q.stored("p0")  # a generated id's record has no request id
+
+
+def test_first_sends_trim_the_stream_every_64_jobs_but_never_unread_events(q: Proto) -> None:
     def enqueue(prefix: str, n: int) -> None:
         for i in range(n):  # one call each
-            q.run(ops.enqueue(q.keys, [_generated(q, f"{prefix}{i}")], events_maxlen=100))
+            q.run(ops.enqueue_new(q.keys, [(f"{prefix}{i}", "t", "0")], events_maxlen=100))
 
     enqueue("a", 50)
     read_up_to = q.r.xrange(q.keys.events)[9][0]

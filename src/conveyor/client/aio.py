@@ -144,8 +144,9 @@ class AsyncQueue:
         return [e for c, r in zip(chunks, replies, strict=True) for e in self.core.enqueued(c, r)]
 
     async def _send_enqueues(self, calls: list[ops.Call]) -> list[Any]:
-        """Send enqueue calls; when a reply is lost, send the same calls again:
-        their request ids make a re-send of an applied call change nothing."""
+        """Send enqueue calls; when a reply is lost, send the same calls again,
+        through enqueue: their ids and request ids make a re-send of an
+        applied call change nothing."""
         doubt = None
         for delay in RESEND_DELAYS:
             try:
@@ -154,6 +155,7 @@ class AsyncQueue:
                 doubt = carry_doubt(doubt, exc)
                 if doubt is None:  # nothing was applied: the caller decides
                     raise
+            calls = [self.core.resend_call(call) for call in calls]
             await asyncio.sleep(delay)
         try:
             return await self._send(calls)

@@ -260,21 +260,32 @@ class QueueCore:
         self, task: str, data: Any, options: Mapping[str, Any]
     ) -> tuple[str, ops.Call]:
         """The id and the call of one job (without options: no JobSpec built)."""
-        plain = None if options else self.specs.plain(task, data)
-        if plain is None:
+        new = None if options else self.specs.plain(task, data)
+        if new is None:
             spec = self.spec(task, data, options)
             return spec.id, self.enqueue_call([spec])
-        job_id, task, payload = plain
-        maxlen = self.settings.events_maxlen
-        return job_id, ops.enqueue_plain(self.keys, job_id, task, payload, events_maxlen=maxlen)
+        return new[0], ops.enqueue_new(self.keys, [new], events_maxlen=self.settings.events_maxlen)
 
-    def enqueued_one(self, job_id: str, reply: Sequence[Any]) -> Enqueued:
+    def enqueued_one(self, job_id: str, reply: Any) -> Enqueued:
+        if reply == 1:  # enqueue_new's
+            return Enqueued(job_id, self.name, "created", JobState.WAITING)
         if len(reply) != 2:
-            raise ValueError(f"enqueue replied {len(reply)} items for 1 job")
+            raise ValueError(f"enqueue replied {reply!r} for 1 job")
         return Enqueued(job_id, self.name, _text(reply[0]), _job_state(reply[1]))
 
     def enqueue_call(self, specs: Sequence[ops.JobSpec]) -> ops.Call:
-        return ops.enqueue(self.keys, specs, events_maxlen=self.settings.events_maxlen)
+        """enqueue_new when every job is new and plain (a generated id, no
+        options, no index), else enqueue."""
+        maxlen = self.settings.events_maxlen
+        if specs and all(not s.given_id and not s.index and s.options() == "" for s in specs):
+            new = [(s.id, s.task, s.data) for s in specs]
+            return ops.enqueue_new(self.keys, new, events_maxlen=maxlen)
+        return ops.enqueue(self.keys, specs, events_maxlen=maxlen)
+
+    def resend_call(self, call: ops.Call) -> ops.Call:
+        """The call to send again after its reply was lost: an enqueue_new
+        call goes through enqueue (its jobs that got in are `exists`)."""
+        return ops.resend_of_new(self.keys, call) if call.script == "enqueue_new" else call
 
     def specs_of(self, jobs: Iterable[JobRequest | tuple[str, Any]]) -> list[ops.JobSpec]:
         """Validate every job before anything is sent: a bad one writes nothing."""
@@ -287,10 +298,14 @@ class QueueCore:
             requests.append((job.task, job.data, job.options))
         return self.specs.many(requests)
 
-    def enqueued(self, specs: Sequence[ops.JobSpec], reply: Sequence[Any]) -> list[Enqueued]:
+    def enqueued(self, specs: Sequence[ops.JobSpec], reply: Any) -> list[Enqueued]:
+        name = self.name
+        if isinstance(reply, int):  # enqueue_new's: the number of jobs created
+            if reply != len(specs):
+                raise ValueError(f"enqueue_new replied {reply} for {len(specs)} jobs")
+            return [Enqueued(spec.id, name, "created", JobState.WAITING) for spec in specs]
         if len(reply) != 2 * len(specs):
             raise ValueError(f"enqueue replied {len(reply)} items for {len(specs)} jobs")
-        name = self.name
         return [
             Enqueued(spec.id, name, _text(reply[2 * k]), _job_state(reply[2 * k + 1]))
             for k, spec in enumerate(specs)

@@ -140,8 +140,9 @@ class Queue:
         return [e for c, r in zip(chunks, replies, strict=True) for e in self.core.enqueued(c, r)]
 
     def _send_enqueues(self, calls: list[ops.Call]) -> list[Any]:
-        """Send enqueue calls; when a reply is lost, send the same calls again:
-        their request ids make a re-send of an applied call change nothing."""
+        """Send enqueue calls; when a reply is lost, send the same calls again,
+        through enqueue: their ids and request ids make a re-send of an
+        applied call change nothing."""
         doubt = None
         for delay in RESEND_DELAYS:
             try:
@@ -150,6 +151,7 @@ class Queue:
                 doubt = carry_doubt(doubt, exc)
                 if doubt is None:  # nothing was applied: the caller decides
                     raise
+            calls = [self.core.resend_call(call) for call in calls]
             time.sleep(delay)
         try:
             return self._send(calls)

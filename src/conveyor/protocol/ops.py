@@ -19,6 +19,9 @@ Arg = str | int | float | bytes
 
 # Fields per job in the enqueue script's ARGV (see enqueue.lua).
 ENQUEUE_ARITY = 6
+NEW_ARITY = 3  # enqueue_new's ARGV entries per job: id, task, data
+# One job of an enqueue_new call: (id, task, data).
+NewJob = tuple[str, str, str]
 # Fields per job in the claim script's reply (see claim.lua).
 CLAIM_ARITY = 14
 
@@ -232,13 +235,28 @@ def enqueue(keys: QueueKeys, specs: Sequence[JobSpec], *, events_maxlen: int) ->
     return Call("enqueue", _enqueue_keys(keys), tuple(args))
 
 
-def enqueue_plain(
-    keys: QueueKeys, job_id: str, task: str, data: str, *, events_maxlen: int
-) -> Call:
-    """The call for one job with a generated id and the protocol's defaults
-    (what `enqueue` sends for such a spec, without building the spec)."""
-    args = (events_maxlen, ENQUEUE_ARITY, job_id, task, data, "", "", "")
-    return Call("enqueue", _enqueue_keys(keys), args)
+def enqueue_new(keys: QueueKeys, jobs: Sequence[NewJob], *, events_maxlen: int) -> Call:
+    """The first send of jobs with fresh generated ids, no options and no
+    index entries (enqueue_new.lua). A re-send of it is `resend_of_new`."""
+    args: list[Arg] = [events_maxlen]
+    for job in jobs:
+        args.extend(job)
+    return Call("enqueue_new", _enqueue_new_keys(keys), tuple(args))
+
+
+def resend_of_new(keys: QueueKeys, call: Call) -> Call:
+    """The enqueue call that re-sends an enqueue_new call whose reply was
+    lost: the jobs that got in are reported `exists`, the others created."""
+    args: list[Arg] = [call.args[0], ENQUEUE_ARITY]
+    for i in range(1, len(call.args), NEW_ARITY):
+        job_id, task, data = call.args[i : i + NEW_ARITY]
+        args.extend((job_id, task, data, "", "", ""))
+    return Call("enqueue", _enqueue_keys(keys), tuple(args))
+
+
+@functools.lru_cache(maxsize=256)
+def _enqueue_new_keys(keys: QueueKeys) -> tuple[str, ...]:
+    return (keys.base, keys.meta, keys.ready, keys.marker, keys.events)
 
 
 @functools.lru_cache(maxsize=256)

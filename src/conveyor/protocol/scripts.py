@@ -12,6 +12,7 @@ from importlib import resources
 
 SCRIPT_NAMES = (
     "enqueue",
+    "enqueue_new",
     "claim",
     "heartbeat",
     "progress",

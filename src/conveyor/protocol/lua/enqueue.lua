@@ -35,94 +35,12 @@
 --   state: the job's state after the call
 --
 -- Effects: job hash written field by field; ready or scheduled index; one
--- `created`/`updated`/`blocked` event per job; the wake marker. A plain call
--- (every job without opts and idx) of new jobs takes a shorter path with the
--- same effects (docs/protocol.md §6.1, "Plain calls").
+-- `created`/`updated`/`blocked` event per job; the wake marker. (The first
+-- send of new jobs without options or index entries goes to enqueue_new.)
 -- Complexity: O(batch * log N).
-
--- The common call first, before any include defines anything (a call pays
--- for every function its script defines): every job plain (opts and idx
--- empty: a generated id, the queue's defaults, no index) and new. It writes
--- what the general path below would write, with fewer commands: one HINCRBY
--- for all the sequence numbers, no TIME (created_at is the time in the
--- call's first `created` event id, read from the server clock by XADD),
--- one ZADD to ready per call, and the stream trimmed only on every 64th
--- sequence number (trimming must read the readers' positions; until then
--- the stream may pass maxlen by up to 64).
-local HALF = 1073741824  -- as in `create`: FIFO sequence numbers count up from 2^30
-local DEFAULT_BAND = 1000 * 2147483648  -- ready_score(nil, 0): the default priority
-local F = tonumber(ARGV[2])
-
--- 'short' for a plain call whose every data fits one field (at most 64 bytes:
--- record's put_data stores it whole), 'long' for another plain call, else nil.
-local function plain_call()
-  local kind = 'short'
-  for i = 3, #ARGV, F do
-    if ARGV[i + 4] ~= '' or ARGV[i + 5] ~= '' then return nil end
-    if #ARGV[i + 2] > 64 then kind = 'long' end
-  end
-  -- the first generated id of a call exists only if this very call was applied before
-  if #ARGV > 2 and redis.call('EXISTS', KEYS[1] .. 'job:' .. ARGV[3]) == 0 then
-    return kind
-  end
-  return nil
-end
-
--- Writes a plain call's jobs; `put(fields, data)`, when given, appends a
--- job's data to its HSET arguments (else the data is one field). Returns the
--- reply, and whether the stream is due a trim.
-local function enqueue_plain(put)
-  local n = (#ARGV - 2) / F
-  local last = redis.call('HINCRBY', KEYS[2], 'seq', n)
-  local ready, out = {}, {}
-  local now  -- the call's first event time: "now" for all its jobs, as TIME is below
-  for k = 0, n - 1 do
-    local i = 3 + k * F
-    local id = ARGV[i]
-    local seq = HALF + ((last - n + 1 + k) % HALF)
-    local event_id = redis.call('XADD', KEYS[6], '*', 'event', 'created', 'id', id,
-                                'state', 'waiting')
-    now = now or string.sub(event_id, 1, string.find(event_id, '-', 1, true) - 1)
-    local job_key = KEYS[1] .. 'job:' .. id
-    if put then
-      local fields = {'state', 'waiting', 'task', ARGV[i + 1], 'seq', seq, 'created_at', now}
-      put(fields, ARGV[i + 2])
-      redis.call('HSET', job_key, unpack(fields))
-    else
-      redis.call('HSET', job_key, 'state', 'waiting', 'task', ARGV[i + 1], 'seq', seq,
-                 'created_at', now, 'data', ARGV[i + 2])
-    end
-    ready[#ready + 1] = DEFAULT_BAND + seq
-    ready[#ready + 1] = id
-    out[#out + 1] = 'created'
-    out[#out + 1] = 'waiting'
-    if #ready >= 400 then
-      redis.call('ZADD', KEYS[3], unpack(ready))
-      ready = {}
-    end
-  end
-  if #ready > 0 then redis.call('ZADD', KEYS[3], unpack(ready)) end
-  redis.call('ZADD', KEYS[5], 0, '0')  -- wake(marker)
-  return out, last % 64 < n
-end
-
-local plain_kind, plain, trim_due = plain_call(), nil, false
-if plain_kind == 'short' then
-  plain, trim_due = enqueue_plain(nil)
-  if not trim_due then return plain end
-end
 
 -- @include common
 -- @include record
-
-if plain_kind == 'long' then  -- a longer data goes in pieces
-  plain, trim_due = enqueue_plain(put_data)
-end
-if plain then
-  if trim_due then trim(KEYS[6], ARGV[1]) end
-  return plain
-end
-
 -- @include upsert
 -- @include place
 -- @include create
@@ -133,6 +51,7 @@ local completed, failed = KEYS[8], KEYS[9]
 local Q = {meta = meta, ready = ready, scheduled = scheduled, marker = marker, events = events,
            completed = completed, failed = failed}
 local maxlen = ARGV[1]
+local F = tonumber(ARGV[2])
 local now = now_ms()
 
 -- The options an enqueue may set (opts), and the upsert rules' defaults.
