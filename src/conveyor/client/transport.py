@@ -126,8 +126,8 @@ def translated() -> _Translated:
     return _TRANSLATED
 
 
-def _argv(call: Call, script: Script) -> list[Any]:
-    return [script.sha, len(call.keys), *call.keys, *call.args]
+def _argv(call: Call, script: Script) -> tuple[Any, ...]:
+    return (script.sha, len(call.keys), *call.keys, *call.args)
 
 
 def _no_script(result: Any) -> bool:

@@ -299,14 +299,18 @@ class _Protocol(asyncio.Protocol):
         # not isinstance(..., asyncio.Transport): uvloop's transports do not subclass it
         self.transport = cast(asyncio.Transport, transport)
 
-    def expect(self, waiters: list[asyncio.Future[Any]], timeout: float | None) -> None:
-        """Waiters for the replies to commands about to be sent."""
-        self.waiters.extend(waiters)
+    def send(self, commands: Sequence[Command], timeout: float | None) -> list[asyncio.Future[Any]]:
+        """Writes the commands; returns the waiters of their replies."""
         loop = asyncio.get_running_loop()
         deadline = math.inf if timeout is None else loop.time() + timeout
-        self.deadlines.extend([deadline] * len(waiters))
         if self._watchdog is None and deadline != math.inf:
             self._watchdog = loop.call_at(deadline, self._check_deadline)
+        waiters = [loop.create_future() for _ in commands]
+        self.waiters.extend(waiters)
+        self.deadlines.extend([deadline] * len(waiters))
+        assert self.transport is not None
+        self.transport.write(b"".join([hiredis.pack_command(tuple(c)) for c in commands]))
+        return waiters
 
     def _check_deadline(self) -> None:
         self._watchdog = None
@@ -387,7 +391,7 @@ class AsyncWire:
             if sock is not None and e.path is None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
-                replies = await self._send(protocol, e.handshake())
+                replies = await _replies(protocol.send(e.handshake(), e.socket_timeout))
             except (rx.ConnectionError, rx.TimeoutError) as exc:
                 transport.close()
                 raise handshake_error(str(where), exc) from exc
@@ -424,29 +428,25 @@ class AsyncWire:
         return reply
 
     async def call_many(self, commands: Sequence[Command]) -> list[Any]:
+        if not commands:
+            return []
         protocol = self._protocol
         if protocol is None or protocol.lost is not None:
             protocol = await self._connect()
-        replies = await self._send(protocol, commands)
+        waiters = protocol.send(commands, self.endpoint.socket_timeout)
+        # one waiter is awaited here, so its exception (if any) is retrieved
+        replies = [await waiters[0]] if len(waiters) == 1 else await _replies(waiters)
         if self.endpoint.follow(replies) and self._protocol is protocol:
             self._close()  # the slot moved: the next call connects to its new master
         return replies
 
-    async def _send(self, protocol: _Protocol, commands: Sequence[Command]) -> list[Any]:
-        if not commands:
-            return []
-        loop = asyncio.get_running_loop()
-        waiters = [loop.create_future() for _ in commands]
-        protocol.expect(waiters, self.endpoint.socket_timeout)
-        assert protocol.transport is not None
-        protocol.transport.write(b"".join([hiredis.pack_command(tuple(c)) for c in commands]))
-        try:
-            if len(waiters) == 1:
-                return [await waiters[0]]
-            return [await waiter for waiter in waiters]
-        finally:
-            # a lost connection fails every waiter: retrieve them all, or asyncio
-            # logs "Future exception was never retrieved" for those not awaited
-            for waiter in waiters:
-                if waiter.done() and not waiter.cancelled():
-                    waiter.exception()
+
+async def _replies(waiters: list[asyncio.Future[Any]]) -> list[Any]:
+    try:
+        return [await waiter for waiter in waiters]
+    finally:
+        # a lost connection fails every waiter: retrieve them all, or asyncio
+        # logs "Future exception was never retrieved" for those not awaited
+        for waiter in waiters:
+            if waiter.done() and not waiter.cancelled():
+                waiter.exception()
