@@ -129,7 +129,8 @@ class AsyncQueue:
     ) -> Enqueued:
         """Enqueue one job; returns once Redis acknowledged it."""
         job_id, call = self.core.enqueue_one(task, data, options)
-        await self.check()
+        if not self._checked:
+            await self.check()
         reply = await self._send_enqueues([call])
         return self.core.enqueued_one(job_id, reply[0])
 

@@ -125,7 +125,8 @@ class Queue:
     def enqueue(self, task: str, data: Any = None, **options: Unpack[EnqueueOptions]) -> Enqueued:
         """Enqueue one job; returns once Redis acknowledged it."""
         job_id, call = self.core.enqueue_one(task, data, options)
-        self.check()
+        if not self._checked:
+            self.check()
         reply = self._send_enqueues([call])
         return self.core.enqueued_one(job_id, reply[0])
 

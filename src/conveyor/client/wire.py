@@ -173,6 +173,9 @@ SEND_SLICE = 64 * 1024
 
 
 def _send_in_slices(sock: socket.socket, commands: Sequence[Command]) -> None:
+    if len(commands) == 1:
+        sock.sendall(hiredis.pack_command(tuple(commands[0])))
+        return
     pending: list[bytes] = []
     size = 0
     for command in commands:
