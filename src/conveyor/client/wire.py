@@ -282,7 +282,14 @@ class SyncWire:
             raise
 
 
-class _Protocol(asyncio.Protocol):
+# The buffer replies are read into. asyncio's plain Protocol would get a new
+# bytes object per read, which its selector loop allocates at 256 KiB: that
+# allocation alone cost 13 µs per read here (recv(262144) 15.7 µs against
+# recv_into 2.1 µs on a socketpair).
+READ_BUFFER = 64 * 1024
+
+
+class _Protocol(asyncio.BufferedProtocol):
     """Replies arrive in request order: each resolves the oldest waiter.
 
     One watchdog timer per connection bounds how long a reply may take, not a
@@ -292,6 +299,7 @@ class _Protocol(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.reader = hiredis.Reader()
+        self._buffer = memoryview(bytearray(READ_BUFFER))
         self.waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
         self.deadlines: collections.deque[float] = collections.deque()  # one per waiter
         self.transport: asyncio.Transport | None = None
@@ -327,8 +335,15 @@ class _Protocol(asyncio.Protocol):
         else:
             self._watchdog = loop.call_at(oldest, self._check_deadline)
 
-    def data_received(self, data: bytes) -> None:
-        self.reader.feed(data)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        # hiredis copies what it is fed; it takes any buffer (its stub says bytes)
+        self.reader.feed(self._buffer, 0, nbytes)  # type: ignore[arg-type]
+        self._resolve_waiters()
+
+    def _resolve_waiters(self) -> None:
         while True:
             try:
                 reply = self.reader.gets()
