@@ -126,7 +126,8 @@ def test_workers_follow_their_slot_when_it_moves(
             queue.pause()
             _wait(lambda: queue.counts()[JobState.ACTIVE] == 0)
             migrate_slot(cluster, slot, target)
-            assert owner_port(cluster, "conveyor:{moving}:") == target
+            # every node was told; gossip in flight from before may take a moment to agree
+            _wait(lambda: owner_port(cluster, "conveyor:{moving}:") == target, timeout=10.0)
             queue.resume()  # MOVED: the client's first call after the move
             for n in range(300, 600):
                 queue.enqueue("work", n, id=f"j{n}")
