@@ -4,9 +4,9 @@
   * plain commands Conveyor's scripts are made of (HSET, ZADD, ZPOPMIN, XADD ...)
     with 50 clients unpipelined, 50 clients pipelined 16 deep, and 1 client;
   * Conveyor's own scripts, by EVALSHA with the arguments the client and the
-    worker send: `enqueue` of 1 job (random ids), `enqueue` of 500 jobs (one
-    chunk of enqueue_many), `claim` of `--claim-count` jobs and `complete` of as
-    many, on a backlog the harness prepared;
+    worker send: `enqueue_new` of 1 job (random ids), `enqueue_new` of 500 jobs
+    (one chunk of enqueue_many), `claim` of `--claim-count` jobs and `complete`
+    of as many, on a backlog the harness prepared;
 and a Python loop measures what one redis-py connection (sync and asyncio) does.
 
 From these: the jobs/s Redis allows a Conveyor worker (claim + complete), the
@@ -33,6 +33,7 @@ from conveyor.client.core import QueueCore, QueueSettings
 from conveyor.protocol import ops
 
 QUEUE = "ceiling"
+EVENTS_MAXLEN = QueueSettings().events_maxlen
 RAND = "__rand_int__"  # redis-benchmark puts a 12-digit random number here
 # redis-benchmark parses -r with atoi: a keyspace past 2**31 overflows and every
 # placeholder becomes 000000000000 (one id, upserted over and over)
@@ -98,7 +99,7 @@ def python_round_trips(url: str, sha: str, call: ops.Call, n: int) -> dict[str, 
         client.ping()
     out["sync PING"] = n / (time.perf_counter() - start)
     argv = evalsha(call, sha)[1:]
-    id_at = 4 + len(call.keys)  # sha, numkeys, KEYS, maxlen, F, then the id
+    id_at = 3 + len(call.keys)  # sha, numkeys, KEYS, maxlen, then enqueue_new's first id
     start = time.perf_counter()
     for i in range(n):
         argv[id_at] = f"py-{i}"
@@ -144,13 +145,14 @@ def run_ceiling(url: str, args: argparse.Namespace) -> dict[str, Any]:
         )
         client.flushall()
 
-    # enqueue, 1 job per call, random ids (an id seen twice is an upsert: as costly)
-    one = core.enqueue_call([core.spec("noop", 0.0, {"id": RAND})])
+    # enqueue, 1 job per call, random ids, as `Queue.enqueue("noop", 0.0)` sends it: a job
+    # without options goes to enqueue_new (an id drawn twice is written over: as costly)
+    one = ops.enqueue_new(core.keys, [(RAND, "noop", "0.0")], events_maxlen=EVENTS_MAXLEN)
     enqueue_1: dict[str, float] = {}
     for mode, (clients, pipeline) in MODES.items():
         enqueue_1[mode] = only(
             benchmark(host, port, clients=clients, pipeline=pipeline, n=n,
-                      command=evalsha(one, shas["enqueue"]), keyspace=KEYSPACE)
+                      command=evalsha(one, shas["enqueue_new"]), keyspace=KEYSPACE)
         )  # fmt: skip
         created = int(client.zcard(core.keys.ready))
         if created < n * 0.99:
@@ -158,12 +160,14 @@ def run_ceiling(url: str, args: argparse.Namespace) -> dict[str, Any]:
         client.flushall()
     detail["scripts"]["enqueue 1 job"] = enqueue_1
 
-    # enqueue, one enqueue_many chunk per call
-    chunk = core.enqueue_call([core.spec("noop", 0.0, {"id": RAND})] * ENQUEUE_CHUNK)
+    # enqueue, one enqueue_many chunk per call (enqueue_new, as for jobs without options)
+    chunk = ops.enqueue_new(
+        core.keys, [(RAND, "noop", "0.0")] * ENQUEUE_CHUNK, events_maxlen=EVENTS_MAXLEN
+    )
     calls = max(4, n // ENQUEUE_CHUNK)
     rps = only(
         benchmark(host, port, clients=4, pipeline=1, n=calls,
-                  command=evalsha(chunk, shas["enqueue"]), keyspace=KEYSPACE)
+                  command=evalsha(chunk, shas["enqueue_new"]), keyspace=KEYSPACE)
     )  # fmt: skip
     created = int(client.zcard(core.keys.ready))
     if created < calls * ENQUEUE_CHUNK * 0.99:
@@ -209,7 +213,7 @@ def run_ceiling(url: str, args: argparse.Namespace) -> dict[str, Any]:
     queue.close()
     client.flushall()
 
-    detail["redis_py"] = python_round_trips(url, shas["enqueue"], one, max(1000, n // 20))
+    detail["redis_py"] = python_round_trips(url, shas["enqueue_new"], one, max(1000, n // 20))
     client.flushall()
     client.close()
 
