@@ -13,7 +13,7 @@ import redis
 from conveyor import serializers
 from conveyor.client.transport import SyncRunner
 from conveyor.options import JobDefaults, build_spec
-from conveyor.protocol import ops
+from conveyor.protocol import ops, schedules
 from conveyor.protocol.keys import QueueKeys
 from conveyor.protocol.record import RECORD_DEFAULTS
 from conveyor.protocol.scripts import SCRIPT_NAMES, load_script
@@ -198,7 +198,7 @@ class Proto:
         **options: Any,
     ) -> ops.Call:
         """schedule.lua with a template built by `spec` (its id is unused)."""
-        return ops.schedule(
+        return schedules.schedule(
             self.keys,
             sid,
             first_tick_ms=first_tick_ms,
@@ -214,7 +214,7 @@ class Proto:
         return text(job_id), text(state)
 
     def schedule_next_call(self, sid: str, fired_ms: int, next_ms: int) -> ops.Call:
-        return ops.schedule_next(
+        return schedules.schedule_next(
             self.keys, sid, fired_ms=fired_ms, next_ms=next_ms, events_maxlen=MAXLEN
         )
 
@@ -222,7 +222,7 @@ class Proto:
         return int(self.run(self.schedule_next_call(sid, fired_ms, next_ms)))
 
     def unschedule(self, sid: str) -> int:
-        return int(self.run(ops.unschedule(self.keys, sid)))
+        return int(self.run(schedules.unschedule(self.keys, sid)))
 
     def schedule_hash(self, sid: str) -> dict[str, str]:
         return {text(k): text(v) for k, v in self.r.hgetall(self.keys.schedule(sid)).items()}

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from conveyor.client.transport import SyncRunner
-from conveyor.protocol import PROTOCOL_VERSION, ops
+from conveyor.protocol import PROTOCOL_VERSION, ops, schedules
 from conveyor.protocol.keys import ID_PATTERN, NAME_PATTERN, QueueKeys
 from conveyor.protocol.scripts import SCRIPT_NAMES, load_script
 from support.servers import ServerFactory
@@ -85,11 +85,13 @@ def sample_call(name: str) -> ops.Call:
         "await": ops.await_job(keys, "id"),
         "cancel": ops.cancel(keys, "id", events_maxlen=10),
         "limits": ops.limits(keys, "group", group="g", concurrency=1),
-        "schedule": ops.schedule(
+        "schedule": schedules.schedule(
             keys, "s", first_tick_ms=1, cron=None, every_ms=1000, template=spec, events_maxlen=10
         ),
-        "schedule_next": ops.schedule_next(keys, "s", fired_ms=1, next_ms=2, events_maxlen=10),
-        "unschedule": ops.unschedule(keys, "s"),
+        "schedule_next": schedules.schedule_next(
+            keys, "s", fired_ms=1, next_ms=2, events_maxlen=10
+        ),
+        "unschedule": schedules.unschedule(keys, "s"),
         "promote": ops.promote(keys, "id", events_maxlen=10),
         "reprioritize": ops.reprioritize(keys, "id", 5, events_maxlen=10),
         "retry": ops.retry(keys, "id", events_maxlen=10),

@@ -34,7 +34,7 @@ from conveyor.client.transport import AsyncRunner, async_client, translated
 from conveyor.client.wire import AsyncWire
 from conveyor.errors import ConnectionLostError, ConveyorError, WaitTimeoutError
 from conveyor.job import Job, JobState
-from conveyor.protocol import ops
+from conveyor.protocol import ops, schedules
 from conveyor.protocol.keys import PROTOCOL_VERSION
 
 log = logging.getLogger("conveyor")
@@ -215,7 +215,7 @@ class AsyncQueue:
 
     async def unschedule(self, schedule_id: str) -> bool:
         """Remove a schedule and its pending job (if not started); True if it existed."""
-        call = ops.unschedule(self.core.keys, schedule_id)
+        call = schedules.unschedule(self.core.keys, schedule_id)
         return int(await self._runner.run(call)) == 1
 
     async def set_limits(

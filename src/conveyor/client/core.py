@@ -40,7 +40,7 @@ from conveyor.options import (
     check_name,
     check_priority,
 )
-from conveyor.protocol import ops
+from conveyor.protocol import ops, schedules
 from conveyor.protocol.keys import FAILURE_LANE, PROTOCOL_VERSION, QueueKeys
 from conveyor.protocol.scripts import SCRIPT_NAMES, Script, load_script
 from conveyor.timeutil import from_ms, to_ms
@@ -346,7 +346,7 @@ class QueueCore:
             fired_ms=now_ms,
             now_ms=now_ms,
         )
-        return ops.schedule(
+        return schedules.schedule(
             self.keys,
             schedule_id,
             first_tick_ms=first,

@@ -10,7 +10,7 @@ from conveyor.client.aio import AsyncQueue
 from conveyor.client.cluster import SlotRoute
 from conveyor.client.transport import async_client
 from conveyor.client.wire import AsyncWire, Endpoint
-from conveyor.protocol import ops
+from conveyor.protocol import ops, schedules
 from conveyor.timing import next_tick
 
 
@@ -75,7 +75,7 @@ async def advance(queue: AsyncQueue, claimed: ops.ClaimedJob, now_ms: int) -> No
             fired_ms=fired,
             now_ms=after,
         )
-        call = ops.schedule_next(
+        call = schedules.schedule_next(
             keys,
             claimed.schedule,
             fired_ms=fired,

@@ -1,0 +1,54 @@
+"""Calls of the schedule scripts (repeatable jobs: schedule, schedule_next,
+unschedule; docs/protocol.md §6.13). Pure: no I/O."""
+
+from __future__ import annotations
+
+from conveyor.protocol.keys import QueueKeys
+from conveyor.protocol.ops import Call, JobSpec
+
+
+def _schedule_keys(keys: QueueKeys) -> tuple[str, ...]:
+    return (
+        keys.base, keys.meta, keys.ready, keys.scheduled, keys.marker, keys.events,
+        keys.completed, keys.failed, keys.schedules,
+    )  # fmt: skip
+
+
+def schedule(
+    keys: QueueKeys,
+    schedule_id: str,
+    *,
+    first_tick_ms: int,
+    cron: str | None,
+    every_ms: int | None,
+    template: JobSpec,
+    events_maxlen: int,
+) -> Call:
+    """Create or replace a repeatable job; see schedule.lua."""
+    t = template
+    return Call(
+        "schedule",
+        _schedule_keys(keys),
+        (
+            events_maxlen, schedule_id, first_tick_ms, cron or "",
+            "" if every_ms is None else every_ms, t.task, t.data, t.priority, t.max_failures,
+            t.max_stalls, t.min_backoff_ms, t.max_backoff_ms, t.timeout_ms, t.result_ttl_ms,
+            t.group,
+        ),
+    )  # fmt: skip
+
+
+def schedule_next(
+    keys: QueueKeys, schedule_id: str, *, fired_ms: int, next_ms: int, events_maxlen: int
+) -> Call:
+    return Call(
+        "schedule_next",
+        _schedule_keys(keys),
+        (events_maxlen, schedule_id, fired_ms, next_ms),
+    )
+
+
+def unschedule(keys: QueueKeys, schedule_id: str) -> Call:
+    return Call(
+        "unschedule", (keys.base, keys.ready, keys.scheduled, keys.schedules), (schedule_id,)
+    )
