@@ -6,6 +6,8 @@
 #
 #   conveyor.sh sha SCRIPT                        the SHA1 that SCRIPT LOAD gives the expanded text
 #   conveyor.sh enqueue QUEUE ID TASK DATA        prints "outcome state"
+#   conveyor.sh enqueue-new QUEUE TASK DATA       a first send with a generated id (§6.1,
+#                                                 enqueue_new); prints "ID COUNT"
 #   conveyor.sh work QUEUE                        claims and runs jobs until none is ready;
 #                                                 prints "completed N failed M"
 # Tasks the worker knows: `echo` (result = data), `fail` (permanent failure). Any other task is
@@ -70,6 +72,18 @@ enqueue() {
         | tr '\n' ' ' | sed 's/ $/\n/'
 }
 
+# §6.1 "First sends": a fresh id of 96 random bits (24 hex characters), no options, no index;
+# enqueue_new replies with the number of jobs created. (A re-send would go to enqueue.)
+enqueue_new() {
+    base="$PREFIX:{$1}:"
+    check_version "$base"
+    sha=$(load enqueue_new)
+    id=$(hex 12)
+    count=$(raw EVALSHA "$sha" 5 "$base" "${base}meta" "${base}ready" "${base}marker" \
+        "${base}events" "$MAXLEN" "$id" "$2" "$3")
+    echo "$id $count"
+}
+
 # §6.5 / §6.6, one job per call.
 complete() {
     raw EVALSHA "$sha_complete" 8 "$base" "${base}active" "${base}completed" "${base}ready" \
@@ -118,6 +132,7 @@ shift
 case "$cmd" in
     sha) load "$1" ;;
     enqueue) enqueue "$@" ;;
+    enqueue-new) enqueue_new "$@" ;;
     work) work "$@" ;;
     *) echo "unknown command $cmd" >&2; exit 2 ;;
 esac

@@ -90,6 +90,32 @@ def test_jobs_enqueued_by_sh_run_on_the_python_worker(
     assert (job.state, job.attempts, job.task) == (JobState.COMPLETED, 1, "add")
 
 
+def test_first_sends_by_sh_run_on_the_python_worker_in_order(
+    redis_server: RedisProcess, sync_queue: Queue, worker_runner: WorkerRunner
+) -> None:
+    """enqueue_new from the document alone: the jobs sit in ready in sending order, between
+    jobs the Python producer sent, and run on the Python worker."""
+    before = sync_queue.enqueue("add", {"a": 0, "b": 0})
+    sent = [
+        _sh(redis_server, "enqueue-new", sync_queue.name, "add", json.dumps({"a": n, "b": 10}))
+        for n in range(1, 4)
+    ]
+    after = sync_queue.enqueue("add", {"a": 4, "b": 10})
+    ids = [line.split()[0] for line in sent]
+    assert [line.split()[1] for line in sent] == ["1"] * 3 and len(set(ids)) == 3
+    order = [before.id, *ids, after.id]
+    assert sync_queue.job_ids(JobState.WAITING) == order
+
+    tasks = Tasks(sync_queue.name, url=redis_server.url)
+
+    @tasks.task(name="add")
+    def add(data: dict[str, int]) -> int:
+        return data["a"] + data["b"]
+
+    worker_runner.start(tasks)
+    assert [sync_queue.wait_result(i, timeout=10) for i in order] == [0, 11, 12, 13, 14]
+
+
 def test_jobs_enqueued_by_python_run_on_the_sh_worker(
     redis_server: RedisProcess, sync_queue: Queue
 ) -> None:
