@@ -117,6 +117,9 @@ def test_enqueue_many_gives_each_job_its_own_random_id(queue: Any) -> None:
     assert all(re.fullmatch(r"[A-Za-z0-9_.]{16}", i) for i in ids[:-1])
     assert [queue.get(i).data for i in ids[:3]] == [0, 1, 2]
     assert queue.counts()[JobState.WAITING] == 601
+    # the first chunk went to enqueue_new, the second (with a given id) to enqueue: one FIFO
+    assert queue.job_ids(JobState.WAITING, offset=490, limit=20) == ids[490:510]
+    assert queue.job_ids(JobState.WAITING, offset=590, limit=20) == ids[590:]
 
 
 def test_cancel_removes_waiting_and_delayed_jobs(queue: Any) -> None:
