@@ -16,7 +16,7 @@ import redis
 from redis import exceptions as rx
 
 from conveyor import AsyncQueue, Queue
-from conveyor.client.core import wire_endpoint
+from conveyor.client.connection import wire_endpoint
 from conveyor.client.wire import AsyncWire, Endpoint, HandshakeError, SyncWire
 from conveyor.errors import ConnectionLostError, OutOfMemoryError, UncertainWriteError
 from support.servers import ServerFactory

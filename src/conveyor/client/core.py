@@ -7,7 +7,6 @@ to Redis, so the two can never drift apart.
 from __future__ import annotations
 
 import functools
-import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,10 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, TypedDict
 
 from conveyor import serializers
-from conveyor.client.cluster import SlotRoute, is_cluster_url
-from conveyor.client.wire import Endpoint
 from conveyor.errors import (
-    ConfigurationError,
     ConnectionLostError,
     EvictionPolicyError,
     JobFailedError,
@@ -47,7 +43,6 @@ from conveyor.timeutil import from_ms, to_ms
 from conveyor.timing import check_cron, next_tick
 
 MIN_SERVER = (6, 2, 0)
-URL_VARIABLES = ("CONVEYOR_REDIS_URL", "REDIS_URL")
 EvictionCheck = Literal["error", "warn", "ignore"]
 
 
@@ -134,30 +129,6 @@ class WorkerInfo:
     info: dict[str, Any]
 
 
-def resolve_url(url: str | None) -> str:
-    """The Redis URL: the argument, else CONVEYOR_REDIS_URL, else REDIS_URL."""
-    if url:
-        return url
-    for name in URL_VARIABLES:
-        if os.environ.get(name):
-            return os.environ[name]
-    raise ConfigurationError(
-        "no Redis URL: pass url=..., set CONVEYOR_REDIS_URL, or start the embedded "
-        "server with `conveyor redis` (conveyor.integrations.embedded.EmbeddedRedis)"
-    )
-
-
-# Every connection Conveyor opens: a dead server is noticed within
-# SOCKET_TIMEOUT on ordinary commands; blocking commands wait in slices
-# shorter than it (see block_slice).
-SOCKET_TIMEOUT = 10.0
-CONNECTION_OPTIONS: dict[str, Any] = {
-    "socket_connect_timeout": 5.0,
-    "socket_timeout": SOCKET_TIMEOUT,
-    "socket_keepalive": True,
-}
-
-
 # Pauses before re-sending enqueues whose reply was lost (then the error).
 RESEND_DELAYS = (0.05, 0.25, 1.0)
 
@@ -173,54 +144,6 @@ def carry_doubt(
     if doubt is None:
         return None
     return UncertainWriteError(f"{doubt}; a re-send then could not reach Redis: {failure}")
-
-
-def connection_options(url: str, **overrides: Any) -> dict[str, Any]:
-    """redis-py options for `url`: keepalive is a TCP option, refused on a unix socket."""
-    options = {**CONNECTION_OPTIONS, **overrides}
-    if url.startswith("unix://"):
-        options.pop("socket_keepalive", None)
-    return options
-
-
-def wire_endpoint(url: str, route: SlotRoute | None = None) -> Endpoint | None:
-    """Where the lean script wire connects, or None to stay on redis-py
-    (always with CONVEYOR_WIRE=0); on a cluster, wherever `route` says."""
-    if os.environ.get("CONVEYOR_WIRE") == "0":
-        return None
-    return Endpoint.from_url(
-        url,
-        connect_timeout=CONNECTION_OPTIONS["socket_connect_timeout"],
-        socket_timeout=SOCKET_TIMEOUT,
-        route=route,
-    )
-
-
-def needs_route(url: str, route: SlotRoute | None) -> SlotRoute | None:
-    """`route`; a cluster URL without one is an error (which slot?)."""
-    if route is None and is_cluster_url(url):
-        raise ConfigurationError(
-            "a redis+cluster:// URL serves one queue's slot: connect through Queue or "
-            "AsyncQueue (or pass route=slot_route(url, keys))"
-        )
-    return route
-
-
-def slot_route(url: str, keys: QueueKeys) -> SlotRoute | None:
-    """For a redis+cluster:// URL, the route to the master of the queue's
-    slot (every key of a queue is in it); None for a single server."""
-    if not is_cluster_url(url):
-        return None
-    return SlotRoute.for_tag(url, keys.base)
-
-
-def block_slice(connection_kwargs: Mapping[str, Any], wanted: float) -> float:
-    """How long one blocking command may wait: `wanted`, but a second short
-    of the client's socket timeout, or redis-py gives up on the socket."""
-    socket_timeout = connection_kwargs.get("socket_timeout")
-    if socket_timeout:
-        wanted = min(wanted, max(0.01, float(socket_timeout) - 1.0))
-    return max(0.01, wanted)
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
@@ -267,17 +190,16 @@ class QueueCore:
         return new[0], ops.enqueue_new(self.keys, [new], events_maxlen=self.settings.events_maxlen)
 
     def enqueued_one(self, job_id: str, reply: Any) -> Enqueued:
-        if reply == 1:  # enqueue_new's
+        if reply == 1:  # enqueue_new's, the common case, without building lists
             return Enqueued(job_id, self.name, "created", JobState.WAITING)
-        if len(reply) != 2:
-            raise ValueError(f"enqueue replied {reply!r} for 1 job")
-        return Enqueued(job_id, self.name, _text(reply[0]), _job_state(reply[1]))
+        return self._enqueued([job_id], reply)[0]
 
     def enqueue_call(self, specs: Sequence[ops.JobSpec]) -> ops.Call:
         """enqueue_new when every job is new and plain (a generated id, no
         options, no index), else enqueue."""
         maxlen = self.settings.events_maxlen
-        if specs and all(not s.given_id and not s.index and s.options() == "" for s in specs):
+        # options() is empty only for a generated id at the protocol's defaults
+        if specs and all(not s.index and s.options() == "" for s in specs):
             new = [(s.id, s.task, s.data) for s in specs]
             return ops.enqueue_new(self.keys, new, events_maxlen=maxlen)
         return ops.enqueue(self.keys, specs, events_maxlen=maxlen)
@@ -299,16 +221,21 @@ class QueueCore:
         return self.specs.many(requests)
 
     def enqueued(self, specs: Sequence[ops.JobSpec], reply: Any) -> list[Enqueued]:
+        return self._enqueued([spec.id for spec in specs], reply)
+
+    def _enqueued(self, ids: Sequence[str], reply: Any) -> list[Enqueued]:
+        """What an enqueue call did to each job: enqueue_new replies with the
+        number of jobs (all created), enqueue with an outcome and a state each."""
         name = self.name
-        if isinstance(reply, int):  # enqueue_new's: the number of jobs created
-            if reply != len(specs):
-                raise ValueError(f"enqueue_new replied {reply} for {len(specs)} jobs")
-            return [Enqueued(spec.id, name, "created", JobState.WAITING) for spec in specs]
-        if len(reply) != 2 * len(specs):
-            raise ValueError(f"enqueue replied {len(reply)} items for {len(specs)} jobs")
+        if isinstance(reply, int):
+            if reply != len(ids):
+                raise ValueError(f"enqueue_new replied {reply} for {len(ids)} jobs")
+            return [Enqueued(job_id, name, "created", JobState.WAITING) for job_id in ids]
+        if len(reply) != 2 * len(ids):
+            raise ValueError(f"enqueue replied {len(reply)} items for {len(ids)} jobs")
         return [
-            Enqueued(spec.id, name, _text(reply[2 * k]), _job_state(reply[2 * k + 1]))
-            for k, spec in enumerate(specs)
+            Enqueued(job_id, name, _text(reply[2 * k]), _job_state(reply[2 * k + 1]))
+            for k, job_id in enumerate(ids)
         ]
 
     def schedule_call(

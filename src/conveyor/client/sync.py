@@ -11,6 +11,13 @@ from typing import Any, Unpack
 import redis
 
 from conveyor.client.cluster import SlotRoute
+from conveyor.client.connection import (
+    block_slice,
+    needs_route,
+    resolve_url,
+    slot_route,
+    wire_endpoint,
+)
 from conveyor.client.core import (
     RESEND_DELAYS,
     Enqueued,
@@ -20,12 +27,7 @@ from conveyor.client.core import (
     QueueSettings,
     ScheduleInfo,
     WorkerInfo,
-    block_slice,
     carry_doubt,
-    needs_route,
-    resolve_url,
-    slot_route,
-    wire_endpoint,
 )
 from conveyor.client.events import Event, decode_events
 from conveyor.client.transport import SyncRunner, sync_client, translated

@@ -17,7 +17,7 @@ import redis.asyncio
 from redis import exceptions as rx
 
 from conveyor.client.cluster import SlotRedirect, SlotRoute, async_pool, sync_pool
-from conveyor.client.core import connection_options
+from conveyor.client.connection import connection_options
 from conveyor.client.wire import AsyncWire, HandshakeError, SyncWire, handshake_error
 from conveyor.errors import (
     ConfigurationError,
@@ -140,12 +140,8 @@ def _no_script(result: Any) -> bool:
 RESEND_PAUSES = (0.0, 0.05, 0.2, 0.5, 1.0, 2.0)
 
 
-def _refused(result: Any) -> bool:
-    return isinstance(result, rx.NoScriptError | SlotRedirect)
-
-
 def _to_resend(results: Sequence[Any]) -> list[int]:
-    return [i for i, r in enumerate(results) if _refused(r)]
+    return [i for i, r in enumerate(results) if isinstance(r, rx.NoScriptError | SlotRedirect)]
 
 
 class SyncRunner:
@@ -160,15 +156,14 @@ class SyncRunner:
 
     def run(self, call: Call) -> Any:
         if self.wire is not None:
-            # one round trip without a pipeline's bookkeeping; a refusal is re-sent by run_many
+            # one round trip without a pipeline's bookkeeping; an error reply is settled
+            # as run_many's are (a refusal re-sent, any other raised)
             with translated():
                 command = ("EVALSHA", *_argv(call, self.scripts[call.script]))
                 result = self.wire.call_many([command])[0]
                 if not isinstance(result, Exception):
                     return result
-                if not _refused(result):
-                    raise result
-            return self.run_many([call])[0]
+                return self._settle([call], [result])[0]
         script = self.scripts[call.script]
         with translated():
             try:
@@ -182,22 +177,25 @@ class SyncRunner:
         loaded, and only the calls refused unapplied (NOSCRIPT, a cluster's
         MOVED / TRYAGAIN / CLUSTERDOWN) are re-sent, a bounded number of times."""
         with translated():
-            results = self._pipeline(calls)
-            for pause in RESEND_PAUSES:
-                again = _to_resend(results)
-                if not again:
-                    break
-                if any(isinstance(results[i], SlotRedirect) for i in again):
-                    time.sleep(pause)
-                for name in {calls[i].script for i in again if _no_script(results[i])}:
-                    self._load(self.scripts[name])
-                resent = self._pipeline([calls[i] for i in again])
-                for i, result in zip(again, resent, strict=True):
-                    results[i] = result
-            for result in results:
-                if isinstance(result, Exception):
-                    raise result
-            return results
+            return self._settle(calls, self._pipeline(calls))
+
+    def _settle(self, calls: Sequence[Call], results: list[Any]) -> list[Any]:
+        """The results of `calls` once those refused unapplied are re-sent."""
+        for pause in RESEND_PAUSES:
+            again = _to_resend(results)
+            if not again:
+                break
+            if any(isinstance(results[i], SlotRedirect) for i in again):
+                time.sleep(pause)
+            for name in {calls[i].script for i in again if _no_script(results[i])}:
+                self._load(self.scripts[name])
+            resent = self._pipeline([calls[i] for i in again])
+            for i, result in zip(again, resent, strict=True):
+                results[i] = result
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        return results
 
     def _load(self, script: Script) -> None:
         if self.wire is not None:
@@ -236,9 +234,7 @@ class AsyncRunner:
                 result = (await self.wire.call_many([command]))[0]
                 if not isinstance(result, Exception):
                     return result
-                if not _refused(result):
-                    raise result
-            return (await self.run_many([call]))[0]
+                return (await self._settle([call], [result]))[0]
         script = self.scripts[call.script]
         with translated():
             try:
@@ -249,22 +245,24 @@ class AsyncRunner:
 
     async def run_many(self, calls: Sequence[Call]) -> list[Any]:
         with translated():
-            results = await self._pipeline(calls)
-            for pause in RESEND_PAUSES:
-                again = _to_resend(results)
-                if not again:
-                    break
-                if any(isinstance(results[i], SlotRedirect) for i in again):
-                    await asyncio.sleep(pause)
-                for name in {calls[i].script for i in again if _no_script(results[i])}:
-                    await self._load(self.scripts[name])
-                resent = await self._pipeline([calls[i] for i in again])
-                for i, result in zip(again, resent, strict=True):
-                    results[i] = result
-            for result in results:
-                if isinstance(result, Exception):
-                    raise result
-            return results
+            return await self._settle(calls, await self._pipeline(calls))
+
+    async def _settle(self, calls: Sequence[Call], results: list[Any]) -> list[Any]:
+        for pause in RESEND_PAUSES:
+            again = _to_resend(results)
+            if not again:
+                break
+            if any(isinstance(results[i], SlotRedirect) for i in again):
+                await asyncio.sleep(pause)
+            for name in {calls[i].script for i in again if _no_script(results[i])}:
+                await self._load(self.scripts[name])
+            resent = await self._pipeline([calls[i] for i in again])
+            for i, result in zip(again, resent, strict=True):
+                results[i] = result
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        return results
 
     async def _load(self, script: Script) -> None:
         if self.wire is not None:

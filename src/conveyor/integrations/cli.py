@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from conveyor.client.core import URL_VARIABLES
+from conveyor.client.connection import URL_VARIABLES
 from conveyor.client.sync import Queue
 from conveyor.client.tasks import Tasks
 from conveyor.errors import ConveyorError

@@ -22,7 +22,7 @@ import redis
 import redis.asyncio
 
 from conveyor.client.aio import AsyncQueue
-from conveyor.client.core import SOCKET_TIMEOUT, resolve_url, wire_endpoint
+from conveyor.client.connection import SOCKET_TIMEOUT, resolve_url, wire_endpoint
 from conveyor.client.sync import connect as connect_sync
 from conveyor.client.tasks import Task, Tasks
 from conveyor.client.transport import SyncRunner

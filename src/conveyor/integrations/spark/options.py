@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 
 import redis
 
-from conveyor.client.core import QueueCore, QueueSettings, resolve_url
+from conveyor.client.connection import resolve_url
+from conveyor.client.core import QueueCore, QueueSettings
 from conveyor.errors import ConfigurationError, UnknownOptionError
 from conveyor.options import check_name
 from conveyor.protocol.keys import QueueKeys

@@ -18,7 +18,7 @@ import hiredis
 import redis
 from redis import exceptions as rx
 
-from conveyor.client.core import wire_endpoint
+from conveyor.client.connection import wire_endpoint
 from conveyor.client.transport import translated
 from conveyor.client.wire import SyncWire
 from conveyor.job import JobState

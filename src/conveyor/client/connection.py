@@ -1,0 +1,88 @@
+"""Where and how Conveyor connects: the Redis URL, the connection options
+every client uses, the lean wire's endpoint and a cluster queue's route.
+No I/O here."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from conveyor.client.cluster import SlotRoute, is_cluster_url
+from conveyor.client.wire import Endpoint
+from conveyor.errors import ConfigurationError
+from conveyor.protocol.keys import QueueKeys
+
+URL_VARIABLES = ("CONVEYOR_REDIS_URL", "REDIS_URL")
+
+
+def resolve_url(url: str | None) -> str:
+    """The Redis URL: the argument, else CONVEYOR_REDIS_URL, else REDIS_URL."""
+    if url:
+        return url
+    for name in URL_VARIABLES:
+        if os.environ.get(name):
+            return os.environ[name]
+    raise ConfigurationError(
+        "no Redis URL: pass url=..., set CONVEYOR_REDIS_URL, or start the embedded "
+        "server with `conveyor redis` (conveyor.integrations.embedded.EmbeddedRedis)"
+    )
+
+
+# Every connection Conveyor opens: a dead server is noticed within
+# SOCKET_TIMEOUT on ordinary commands; blocking commands wait in slices
+# shorter than it (see block_slice).
+SOCKET_TIMEOUT = 10.0
+CONNECTION_OPTIONS: dict[str, Any] = {
+    "socket_connect_timeout": 5.0,
+    "socket_timeout": SOCKET_TIMEOUT,
+    "socket_keepalive": True,
+}
+
+
+def connection_options(url: str, **overrides: Any) -> dict[str, Any]:
+    """redis-py options for `url`: keepalive is a TCP option, refused on a unix socket."""
+    options = {**CONNECTION_OPTIONS, **overrides}
+    if url.startswith("unix://"):
+        options.pop("socket_keepalive", None)
+    return options
+
+
+def wire_endpoint(url: str, route: SlotRoute | None = None) -> Endpoint | None:
+    """Where the lean script wire connects, or None to stay on redis-py
+    (always with CONVEYOR_WIRE=0); on a cluster, wherever `route` says."""
+    if os.environ.get("CONVEYOR_WIRE") == "0":
+        return None
+    return Endpoint.from_url(
+        url,
+        connect_timeout=CONNECTION_OPTIONS["socket_connect_timeout"],
+        socket_timeout=SOCKET_TIMEOUT,
+        route=route,
+    )
+
+
+def needs_route(url: str, route: SlotRoute | None) -> SlotRoute | None:
+    """`route`; a cluster URL without one is an error (which slot?)."""
+    if route is None and is_cluster_url(url):
+        raise ConfigurationError(
+            "a redis+cluster:// URL serves one queue's slot: connect through Queue or "
+            "AsyncQueue (or pass route=slot_route(url, keys))"
+        )
+    return route
+
+
+def slot_route(url: str, keys: QueueKeys) -> SlotRoute | None:
+    """For a redis+cluster:// URL, the route to the master of the queue's
+    slot (every key of a queue is in it); None for a single server."""
+    if not is_cluster_url(url):
+        return None
+    return SlotRoute.for_tag(url, keys.base)
+
+
+def block_slice(connection_kwargs: Mapping[str, Any], wanted: float) -> float:
+    """How long one blocking command may wait: `wanted`, but a second short
+    of the client's socket timeout, or redis-py gives up on the socket."""
+    socket_timeout = connection_kwargs.get("socket_timeout")
+    if socket_timeout:
+        wanted = min(wanted, max(0.01, float(socket_timeout) - 1.0))
+    return max(0.01, wanted)
