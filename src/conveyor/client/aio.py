@@ -130,10 +130,10 @@ class AsyncQueue:
         self, task: str, data: Any = None, **options: Unpack[EnqueueOptions]
     ) -> Enqueued:
         """Enqueue one job; returns once Redis acknowledged it."""
-        job_id, call = self.core.enqueue_one(task, data, options)
+        job_id, call, packed = self.core.enqueue_one(task, data, options)
         if not self._checked:
             await self.check()
-        reply = await self._send_enqueues([call])
+        reply = await self._send_enqueues([call], packed)
         return self.core.enqueued_one(job_id, reply[0])
 
     async def enqueue_many(
@@ -146,18 +146,22 @@ class AsyncQueue:
         replies = await self._send_enqueues([self.core.enqueue_call(c) for c in chunks])
         return [e for c, r in zip(chunks, replies, strict=True) for e in self.core.enqueued(c, r)]
 
-    async def _send_enqueues(self, calls: list[ops.Call]) -> list[Any]:
-        """Send enqueue calls; when a reply is lost, send the same calls again,
-        through enqueue: their ids and request ids make a re-send of an
-        applied call change nothing."""
+    async def _send_enqueues(self, calls: list[ops.Call], packed: bytes | None = None) -> list[Any]:
+        """Send enqueue calls (one of them packed beforehand, when given);
+        when a reply is lost, send the same calls again, through enqueue:
+        their ids and request ids make a re-send of an applied call change
+        nothing."""
         doubt = None
         for delay in RESEND_DELAYS:
             try:
+                if packed is not None:
+                    return [await self._runner.run_packed(calls[0], packed)]
                 return await self._send(calls)
             except ConnectionLostError as exc:
                 doubt = carry_doubt(doubt, exc)
                 if doubt is None:  # nothing was applied: the caller decides
                     raise
+            packed = None
             calls = [self.core.resend_call(call) for call in calls]
             await asyncio.sleep(delay)
         try:

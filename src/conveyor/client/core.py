@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, TypedDict
 
 from conveyor import serializers
+from conveyor.client import resp
 from conveyor.errors import (
     ConnectionLostError,
     EvictionPolicyError,
@@ -173,6 +174,7 @@ class QueueCore:
         self.keys = QueueKeys(check_name(settings.prefix, "key prefix"), self.name, lane)
         self.scripts: dict[str, Script] = {n: load_script(n) for n in SCRIPT_NAMES}
         self.specs = SpecBuilder(settings.defaults, settings.max_payload)
+        self._new_head: bytes | None = None  # see enqueue_one
 
     # --- enqueue -------------------------------------------------------------
 
@@ -181,13 +183,20 @@ class QueueCore:
 
     def enqueue_one(
         self, task: str, data: Any, options: Mapping[str, Any]
-    ) -> tuple[str, ops.Call]:
-        """The id and the call of one job (without options: no JobSpec built)."""
+    ) -> tuple[str, ops.Call, bytes | None]:
+        """The id and the call of one job, and for a plain job (no options:
+        no JobSpec built) that enqueue_new call packed: only its tail is
+        packed per call (client/resp.py)."""
         new = None if options else self.specs.plain(task, data)
         if new is None:
             spec = self.spec(task, data, options)
-            return spec.id, self.enqueue_call([spec])
-        return new[0], ops.enqueue_new(self.keys, [new], events_maxlen=self.settings.events_maxlen)
+            return spec.id, self.enqueue_call([spec]), None
+        call = ops.enqueue_new(self.keys, [new], events_maxlen=self.settings.events_maxlen)
+        if self._new_head is None:
+            sha, maxlen = self.scripts["enqueue_new"].sha, self.settings.events_maxlen
+            head: tuple[str | int, ...] = ("EVALSHA", sha, len(call.keys), *call.keys, maxlen)
+            self._new_head = resp.pack_head(head, tail=ops.NEW_ARITY)
+        return new[0], call, self._new_head + resp.pack_tail(new)
 
     def enqueued_one(self, job_id: str, reply: Any) -> Enqueued:
         if reply == 1:  # enqueue_new's, the common case, without building lists

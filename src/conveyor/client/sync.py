@@ -126,10 +126,10 @@ class Queue:
 
     def enqueue(self, task: str, data: Any = None, **options: Unpack[EnqueueOptions]) -> Enqueued:
         """Enqueue one job; returns once Redis acknowledged it."""
-        job_id, call = self.core.enqueue_one(task, data, options)
+        job_id, call, packed = self.core.enqueue_one(task, data, options)
         if not self._checked:
             self.check()
-        reply = self._send_enqueues([call])
+        reply = self._send_enqueues([call], packed)
         return self.core.enqueued_one(job_id, reply[0])
 
     def enqueue_many(
@@ -142,18 +142,22 @@ class Queue:
         replies = self._send_enqueues([self.core.enqueue_call(c) for c in chunks])
         return [e for c, r in zip(chunks, replies, strict=True) for e in self.core.enqueued(c, r)]
 
-    def _send_enqueues(self, calls: list[ops.Call]) -> list[Any]:
-        """Send enqueue calls; when a reply is lost, send the same calls again,
-        through enqueue: their ids and request ids make a re-send of an
-        applied call change nothing."""
+    def _send_enqueues(self, calls: list[ops.Call], packed: bytes | None = None) -> list[Any]:
+        """Send enqueue calls (one of them packed beforehand, when given);
+        when a reply is lost, send the same calls again, through enqueue:
+        their ids and request ids make a re-send of an applied call change
+        nothing."""
         doubt = None
         for delay in RESEND_DELAYS:
             try:
+                if packed is not None:
+                    return [self._runner.run_packed(calls[0], packed)]
                 return self._send(calls)
             except ConnectionLostError as exc:
                 doubt = carry_doubt(doubt, exc)
                 if doubt is None:  # nothing was applied: the caller decides
                     raise
+            packed = None
             calls = [self.core.resend_call(call) for call in calls]
             time.sleep(delay)
         try:

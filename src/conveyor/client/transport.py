@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import hiredis
 import redis
 import redis.asyncio
 from redis import exceptions as rx
@@ -130,6 +131,12 @@ def _argv(call: Call, script: Script) -> tuple[Any, ...]:
     return (script.sha, len(call.keys), *call.keys, *call.args)
 
 
+def _packed(call: Call, script: Script) -> bytes:
+    command: tuple[Any, ...] = ("EVALSHA", script.sha, len(call.keys), *call.keys, *call.args)
+    packed: bytes = hiredis.pack_command(command)
+    return packed
+
+
 def _no_script(result: Any) -> bool:
     return isinstance(result, rx.NoScriptError)
 
@@ -156,14 +163,7 @@ class SyncRunner:
 
     def run(self, call: Call) -> Any:
         if self.wire is not None:
-            # one round trip without a pipeline's bookkeeping; an error reply is settled
-            # as run_many's are (a refusal re-sent, any other raised)
-            with translated():
-                command = ("EVALSHA", *_argv(call, self.scripts[call.script]))
-                result = self.wire.call_many([command])[0]
-                if not isinstance(result, Exception):
-                    return result
-                return self._settle([call], [result])[0]
+            return self.run_packed(call, _packed(call, self.scripts[call.script]))
         script = self.scripts[call.script]
         with translated():
             try:
@@ -171,6 +171,18 @@ class SyncRunner:
             except rx.NoScriptError:
                 self.client.script_load(script.source)
                 return self.client.execute_command("EVALSHA", *_argv(call, script))  # type: ignore[no-untyped-call]
+
+    def run_packed(self, call: Call, packed: bytes) -> Any:
+        """run(call), its EVALSHA already packed: one round trip without a
+        pipeline's bookkeeping. An error reply is settled as run_many's are
+        (a refusal re-sent, any other raised)."""
+        if self.wire is None:
+            return self.run(call)
+        with translated():
+            result = self.wire.call_packed(packed)
+            if not isinstance(result, Exception):
+                return result
+            return self._settle([call], [result])[0]
 
     def run_many(self, calls: Sequence[Call]) -> list[Any]:
         """Pipelined, not transactional; scripts missing on the server are
@@ -229,12 +241,7 @@ class AsyncRunner:
 
     async def run(self, call: Call) -> Any:
         if self.wire is not None:
-            with translated():
-                command = ("EVALSHA", *_argv(call, self.scripts[call.script]))
-                result = (await self.wire.call_many([command]))[0]
-                if not isinstance(result, Exception):
-                    return result
-                return (await self._settle([call], [result]))[0]
+            return await self.run_packed(call, _packed(call, self.scripts[call.script]))
         script = self.scripts[call.script]
         with translated():
             try:
@@ -242,6 +249,15 @@ class AsyncRunner:
             except rx.NoScriptError:
                 await self.client.script_load(script.source)
                 return await self.client.execute_command("EVALSHA", *_argv(call, script))  # type: ignore[no-untyped-call]
+
+    async def run_packed(self, call: Call, packed: bytes) -> Any:
+        if self.wire is None:
+            return await self.run(call)
+        with translated():
+            result = await self.wire.call_packed(packed)
+            if not isinstance(result, Exception):
+                return result
+            return (await self._settle([call], [result]))[0]
 
     async def run_many(self, calls: Sequence[Call]) -> list[Any]:
         with translated():

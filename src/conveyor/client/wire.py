@@ -172,7 +172,11 @@ def _set_io_timeout(sock: socket.socket, timeout: float | None) -> None:
 SEND_SLICE = 64 * 1024
 
 
-def _send_in_slices(sock: socket.socket, commands: Sequence[Command]) -> None:
+def _send_in_slices(sock: socket.socket, commands: Sequence[Command] | bytes) -> None:
+    """Commands, or one command packed beforehand (bytes)."""
+    if isinstance(commands, bytes):
+        sock.sendall(commands)
+        return
     if len(commands) == 1:
         sock.sendall(hiredis.pack_command(tuple(commands[0])))
         return
@@ -220,7 +224,8 @@ class SyncWire:
             raise rx.ConnectionError(f"Error connecting to Redis: {exc}") from exc
         self._sock, self._reader = sock, hiredis.Reader()
         try:
-            replies = self._exchange(e.handshake())
+            handshake = e.handshake()
+            replies = self._exchange(handshake, len(handshake))
         except (rx.ConnectionError, rx.TimeoutError) as exc:
             raise handshake_error(str(where), exc) from exc
         for reply in replies[:-1]:  # any reply to the PING will do, even a refusal
@@ -245,23 +250,31 @@ class SyncWire:
 
     def call_many(self, commands: Sequence[Command]) -> list[Any]:
         """Pipelined; error replies are returned in place, not raised."""
+        return self._call(commands, len(commands))
+
+    def call_packed(self, packed: bytes) -> Any:
+        """One command packed beforehand (client/resp.py); an error reply is
+        returned, not raised."""
+        return self._call(packed, 1)[0]
+
+    def _call(self, commands: Sequence[Command] | bytes, count: int) -> list[Any]:
         with self._lock:
             if self._sock is None:
                 self._connect()
-            replies = self._exchange(commands)
+            replies = self._exchange(commands, count)
             if self.endpoint.follow(replies):
                 self.close()  # the slot moved: the next call connects to its new master
             return replies
 
-    def _exchange(self, commands: Sequence[Command]) -> list[Any]:
-        if not commands:
+    def _exchange(self, commands: Sequence[Command] | bytes, count: int) -> list[Any]:
+        if not count:
             return []
         sock = self._sock
         assert sock is not None
         try:
             _send_in_slices(sock, commands)
             replies: list[Any] = []
-            while len(replies) < len(commands):
+            while len(replies) < count:
                 reply = self._reader.gets()
                 if reply is False:
                     data = sock.recv(65536)
@@ -313,15 +326,31 @@ class _Protocol(asyncio.BufferedProtocol):
     def send(self, commands: Sequence[Command], timeout: float | None) -> list[asyncio.Future[Any]]:
         """Writes the commands; returns the waiters of their replies."""
         loop = asyncio.get_running_loop()
-        deadline = math.inf if timeout is None else loop.time() + timeout
-        if self._watchdog is None and deadline != math.inf:
-            self._watchdog = loop.call_at(deadline, self._check_deadline)
+        deadline = self._deadline(loop, timeout)
         waiters = [loop.create_future() for _ in commands]
         self.waiters.extend(waiters)
         self.deadlines.extend([deadline] * len(waiters))
         assert self.transport is not None
         self.transport.write(b"".join([hiredis.pack_command(tuple(c)) for c in commands]))
         return waiters
+
+    def send_packed(self, packed: bytes, timeout: float | None) -> asyncio.Future[Any]:
+        """Writes one command packed beforehand; returns the waiter of its reply."""
+        loop = asyncio.get_running_loop()
+        deadline = self._deadline(loop, timeout)
+        waiter = loop.create_future()
+        self.waiters.append(waiter)
+        self.deadlines.append(deadline)
+        assert self.transport is not None
+        self.transport.write(packed)
+        return waiter
+
+    def _deadline(self, loop: asyncio.AbstractEventLoop, timeout: float | None) -> float:
+        """When a reply sent now is late; arms the watchdog if it is idle."""
+        deadline = math.inf if timeout is None else loop.time() + timeout
+        if self._watchdog is None and deadline != math.inf:
+            self._watchdog = loop.call_at(deadline, self._check_deadline)
+        return deadline
 
     def _check_deadline(self) -> None:
         self._watchdog = None
@@ -454,6 +483,18 @@ class AsyncWire:
         waiters = protocol.send(commands, self.endpoint.socket_timeout)
         # one waiter is awaited here, so its exception (if any) is retrieved
         replies = [await waiters[0]] if len(waiters) == 1 else await _replies(waiters)
+        return self._followed(protocol, replies)
+
+    async def call_packed(self, packed: bytes) -> Any:
+        """One command packed beforehand (client/resp.py); an error reply is
+        returned, not raised."""
+        protocol = self._protocol
+        if protocol is None or protocol.lost is not None:
+            protocol = await self._connect()
+        reply = await protocol.send_packed(packed, self.endpoint.socket_timeout)
+        return reply if self.endpoint.route is None else self._followed(protocol, [reply])[0]
+
+    def _followed(self, protocol: _Protocol, replies: list[Any]) -> list[Any]:
         if self.endpoint.follow(replies) and self._protocol is protocol:
             self._close()  # the slot moved: the next call connects to its new master
         return replies
