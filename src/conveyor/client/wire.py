@@ -19,7 +19,7 @@ import socket
 import struct
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -485,14 +485,21 @@ class AsyncWire:
         replies = [await waiters[0]] if len(waiters) == 1 else await _replies(waiters)
         return self._followed(protocol, replies)
 
-    async def call_packed(self, packed: bytes) -> Any:
+    def call_packed(self, packed: bytes) -> Awaitable[Any]:
         """One command packed beforehand (client/resp.py); an error reply is
-        returned, not raised."""
+        returned, not raised. Written at once on a live connection outside a
+        cluster, and its reply's future returned: a coroutine less per call."""
+        protocol = self._protocol
+        if protocol is None or protocol.lost is not None or self.endpoint.route is not None:
+            return self._connect_and_call(packed)
+        return protocol.send_packed(packed, self.endpoint.socket_timeout)
+
+    async def _connect_and_call(self, packed: bytes) -> Any:
         protocol = self._protocol
         if protocol is None or protocol.lost is not None:
             protocol = await self._connect()
         reply = await protocol.send_packed(packed, self.endpoint.socket_timeout)
-        return reply if self.endpoint.route is None else self._followed(protocol, [reply])[0]
+        return self._followed(protocol, [reply])[0]
 
     def _followed(self, protocol: _Protocol, replies: list[Any]) -> list[Any]:
         if self.endpoint.follow(replies) and self._protocol is protocol:
