@@ -1,8 +1,8 @@
 """RESP packing for a command whose head repeats call after call: the head is
 packed once, then only the tail per call. A one-job `enqueue_new` sends the
 same script, keys and stream length every time; only the job's id, task and
-data vary. Packing all twelve arguments with hiredis on every call cost about
-three times as much as this (timeit).
+data vary. Packing all twelve arguments with hiredis on every call, with the
+tuple it takes, cost 1.4 µs against 0.8 µs for this tail (timeit).
 
 The bytes are what `hiredis.pack_command` makes of the whole command
 (tests/client/test_resp.py holds the two to that).
