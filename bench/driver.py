@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -208,6 +209,23 @@ async def enqueue_single_async(ctx: Ctx) -> dict[str, Any]:
     return await enqueue_single(ctx, use_async=True)
 
 
+async def enqueue_single_uvloop(ctx: Ctx) -> dict[str, Any]:
+    """enqueue_single_async with uvloop's loop (main starts it): for information."""
+    loop = type(asyncio.get_running_loop())
+    if not loop.__module__.startswith("uvloop"):
+        raise RuntimeError(f"expected uvloop's loop, running on {loop.__module__}.{loop.__name__}")
+    return await enqueue_single(ctx, use_async=True)
+
+
+def loop_factory(scenario: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop for enqueue_single_uvloop, else asyncio's default."""
+    if scenario != "enqueue_single_uvloop":
+        return None
+    import uvloop  # in Conveyor's venv through its test extra
+
+    return uvloop.new_event_loop
+
+
 async def enqueue_bulk(ctx: Ctx) -> dict[str, Any]:
     client = await open_client(ctx)
     if not hasattr(client, "bulk"):
@@ -362,6 +380,7 @@ async def ceiling(ctx: Ctx) -> dict[str, Any]:
 SCENARIOS = {
     "enqueue_single": enqueue_single,
     "enqueue_single_async": enqueue_single_async,
+    "enqueue_single_uvloop": enqueue_single_uvloop,
     "enqueue_bulk": enqueue_bulk,
     "process_1proc": process_1proc,
     "process_2proc": process_2proc,
@@ -395,7 +414,8 @@ def main(argv: list[str] | None = None) -> None:
     # SIGTERM from the orchestrator (its timeout): stop the workers on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        result = asyncio.run(SCENARIOS[args.scenario](ctx))
+        with asyncio.Runner(loop_factory=loop_factory(args.scenario)) as runner:
+            result = runner.run(SCENARIOS[args.scenario](ctx))
     except Exception as exc:
         traceback.print_exc()
         message = f"{type(exc).__name__}: {exc}".strip()

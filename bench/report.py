@@ -123,6 +123,9 @@ def targets(
             ratio, per, fastest = best_peer_ratios(runs, "enqueue_single", mine, async_peers)
             add("enqueue_single (async) vs asyncio-only peers", "(for information)", ratio, None,
                 per_rep=per, fastest_peer=fastest)  # fmt: skip
+    ratio, per, fastest = best_peer_ratios(runs, "enqueue_single", "enqueue_single_uvloop", peers)
+    add("enqueue_single (async, on uvloop)", "(for information: the same client on uvloop's loop)",
+        ratio, None, per_rep=per, fastest_peer=fastest)  # fmt: skip
     bulk = records.get((SUBJECT, "enqueue_bulk"), {}).get("jobs_per_s")
     add("enqueue_bulk", ">= 50,000 jobs/s", bulk, None if bulk is None else bulk >= BULK_TARGET)
     lat = records.get((SUBJECT, "latency"), {})
@@ -199,9 +202,12 @@ def markdown(
     ]
     for system in systems:
         r = {sc: records.get((system, sc), {"runs": []}) for sc in (
-            "enqueue_single", "enqueue_single_async", "enqueue_bulk", "process_1proc",
-            "process_2proc", "latency", "redis_memory")}  # fmt: skip
+            "enqueue_single", "enqueue_single_async", "enqueue_single_uvloop", "enqueue_bulk",
+            "process_1proc", "process_2proc", "latency", "redis_memory")}  # fmt: skip
         single = _cell(r["enqueue_single"], "jobs_per_s")
+        async_single = _cell(r["enqueue_single_async"], "jobs_per_s")
+        if r["enqueue_single_uvloop"].get("jobs_per_s") is not None:
+            async_single += f"; on uvloop {_cell(r['enqueue_single_uvloop'], 'jobs_per_s')}"
         if r["enqueue_single"].get("api") == "async":
             single += " (async)"
         lat = r["latency"]
@@ -220,7 +226,7 @@ def markdown(
             memory += " ¹"
         lines.append(
             f"| {'**conveyor**' if system == SUBJECT else system} | {single} | "
-            f"{_cell(r['enqueue_single_async'], 'jobs_per_s')} | {bulk} | "
+            f"{async_single} | {bulk} | "
             f"{_cell(r['process_1proc'], 'jobs_per_s')} | "
             f"{_cell(r['process_2proc'], 'jobs_per_s')} | {latency} | {complete} | {memory} |"
         )

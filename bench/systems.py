@@ -38,6 +38,7 @@ MODULES = {SUBJECT: "bench.conveyor_adapter"} | {p: f"bench.peers.{p}_peer" for 
 SCENARIOS = (
     "enqueue_single",
     "enqueue_single_async",
+    "enqueue_single_uvloop",
     "enqueue_bulk",
     "process_1proc",
     "process_2proc",
@@ -51,6 +52,8 @@ SCENARIOS = (
 HAS_BULK = {"conveyor": "Queue.enqueue_many", "rq": "Queue.enqueue_many", "bullmq": "Queue.addBulk"}
 # enqueue_single_async: systems with an asyncio API *besides* a sync one. The
 # async-only peers (arq, saq, taskiq, bullmq) are measured through it in enqueue_single.
+# enqueue_single_uvloop: the same on uvloop's loop instead of asyncio's, for information.
+ASYNC_SCENARIOS = ("enqueue_single_async", "enqueue_single_uvloop")
 HAS_SYNC_AND_ASYNC = {"conveyor"}
 ASYNC_ONLY = {"arq", "saq", "taskiq", "bullmq"}
 PER_JOB_STATE = {"conveyor", "rq", "arq", "saq", "bullmq"}
@@ -64,7 +67,7 @@ def applies(system: str, scenario: str) -> str | None:
         return "redis runs only the ceiling"
     if scenario == "enqueue_bulk" and system not in HAS_BULK:
         return "no bulk enqueue API"
-    if scenario == "enqueue_single_async" and system not in HAS_SYNC_AND_ASYNC:
+    if scenario in ASYNC_SCENARIOS and system not in HAS_SYNC_AND_ASYNC:
         if system in ASYNC_ONLY:
             return "asyncio only: its enqueue_single is already async"
         return "no asyncio API"

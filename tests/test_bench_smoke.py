@@ -55,8 +55,8 @@ def test_bench_runs_on_a_tiny_n(tmp_path: Path, redis_binary: str) -> None:
         value = records[(system, scenario)][key]
         assert isinstance(value, float | int) and value > 0, (system, scenario, key, value)
 
-    for scenario in ("enqueue_single", "enqueue_single_async", "enqueue_bulk", "process_1proc",
-                     "process_2proc"):  # fmt: skip
+    for scenario in ("enqueue_single", "enqueue_single_async", "enqueue_single_uvloop",
+                     "enqueue_bulk", "process_1proc", "process_2proc"):  # fmt: skip
         positive("conveyor", scenario, "jobs_per_s")
     positive("conveyor", "latency", "p50_ms")
     positive("conveyor", "latency", "p99_ms")
