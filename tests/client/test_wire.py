@@ -17,7 +17,8 @@ from redis import exceptions as rx
 
 from conveyor import AsyncQueue, Queue
 from conveyor.client.connection import wire_endpoint
-from conveyor.client.wire import AsyncWire, Endpoint, HandshakeError, SyncWire
+from conveyor.client.endpoint import Endpoint
+from conveyor.client.wire import AsyncWire, HandshakeError, SyncWire
 from conveyor.errors import ConnectionLostError, OutOfMemoryError, UncertainWriteError
 from support.servers import ServerFactory
 

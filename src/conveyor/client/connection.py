@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from conveyor.client.cluster import SlotRoute, is_cluster_url
-from conveyor.client.wire import Endpoint
+from conveyor.client.endpoint import Endpoint
 from conveyor.errors import ConfigurationError
 from conveyor.protocol.keys import QueueKeys
 

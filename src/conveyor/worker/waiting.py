@@ -8,8 +8,9 @@ from typing import Any
 
 from conveyor.client.aio import AsyncQueue
 from conveyor.client.cluster import SlotRoute
+from conveyor.client.endpoint import Endpoint
 from conveyor.client.transport import async_client
-from conveyor.client.wire import AsyncWire, Endpoint
+from conveyor.client.wire import AsyncWire
 from conveyor.protocol import ops, schedules
 from conveyor.timing import next_tick
 

@@ -1,0 +1,89 @@
+"""Where and how the lean wire connects: read from a redis:// or unix://
+URL, and, on a cluster, the node that serves the queue's slot."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.connection import parse_url
+
+from conveyor.client.cluster import REDIRECTS, SlotRoute
+
+Command = Sequence[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where and how to connect, read from a redis:// or unix:// URL."""
+
+    host: str | None
+    port: int
+    path: str | None
+    db: int
+    username: str | None
+    password: str | None
+    connect_timeout: float
+    socket_timeout: float | None
+    route: SlotRoute | None = None  # a cluster: host and port come from it
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        connect_timeout: float,
+        socket_timeout: float | None,
+        route: SlotRoute | None = None,
+    ) -> Endpoint | None:
+        """None when the URL needs more than this wire offers (TLS, say)."""
+        if route is not None:
+            url = route.node_url
+        if not url.startswith(("redis://", "unix://")):
+            return None
+        try:
+            parts = parse_url(url)  # type: ignore[no-untyped-call]
+        except ValueError:
+            return None
+        return cls(
+            host=parts.get("host", "localhost") if "path" not in parts else None,
+            port=int(parts.get("port", 6379)),
+            path=parts.get("path"),
+            db=int(parts.get("db", 0) or 0),
+            username=parts.get("username"),
+            password=parts.get("password"),
+            connect_timeout=connect_timeout,
+            socket_timeout=socket_timeout,
+            route=route,
+        )
+
+    def address(self) -> tuple[str, int]:
+        """(host, port) to connect to now: a cluster's is the slot's master."""
+        if self.route is not None:
+            return self.route.address()
+        return self.host or "localhost", self.port
+
+    def handshake(self) -> list[Command]:
+        """AUTH and SELECT when needed, then always a PING: a port that is not
+        plaintext Redis (TLS, say) fails here, before any real command."""
+        commands: list[Command] = []
+        if self.password is not None:
+            auth = [self.username, self.password] if self.username else [self.password]
+            commands.append(("AUTH", *auth))
+        if self.db:
+            commands.append(("SELECT", self.db))
+        commands.append(("PING",))
+        return commands
+
+    def follow(self, replies: list[Any]) -> bool:
+        """Turn a cluster's refusals into SlotRedirect (the route learns
+        where the slot went); True when the connection must be dropped."""
+        if self.route is None:
+            return False
+        moved = False
+        for i, reply in enumerate(replies):
+            if isinstance(reply, REDIRECTS):
+                replies[i] = self.route.redirected(reply)
+                moved = True
+        return moved
