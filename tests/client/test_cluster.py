@@ -142,6 +142,34 @@ def test_workers_follow_their_slot_when_it_moves(
         old.close()
 
 
+def test_plain_enqueues_follow_a_moved_slot(cluster: list[RedisProcess], wire: str) -> None:
+    """A plain enqueue goes out packed ahead (client/resp.py): after the
+    queue's slot moved, the MOVED is followed as for any call, sync and async."""
+    url = cluster_url(cluster)
+    slot = key_slot(b"conveyor:{plainmove}:")
+    owner = owner_port(cluster, "conveyor:{plainmove}:")
+    target = next(n.port for n in cluster if n.port != owner)
+
+    async def main() -> tuple[list[str], list[str], list[object]]:
+        with Queue("plainmove", url=url) as queue:
+            async with AsyncQueue("plainmove", url=url) as aqueue:
+                ids = [queue.enqueue("t", 1).id, (await aqueue.enqueue("t", 2)).id]
+                migrate_slot(cluster, slot, target)
+                _wait(lambda: owner_port(cluster, "conveyor:{plainmove}:") == target, 10.0)
+                ids += [queue.enqueue("t", 3).id, (await aqueue.enqueue("t", 4)).id]
+                jobs = [queue.get(i) for i in ids]
+                return ids, queue.job_ids("waiting"), [j.data if j else None for j in jobs]
+
+    ids, waiting, data = asyncio.run(main())
+    assert waiting == ids
+    assert data == [1, 2, 3, 4]
+    moved_from = redis.Redis(port=owner)
+    try:
+        assert moved_from.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+    finally:
+        moved_from.close()
+
+
 def test_clients_and_workers_follow_a_failover(
     cluster: list[RedisProcess], wire: str, server_factory: ServerFactory, redis_binary: str
 ) -> None:
