@@ -129,8 +129,14 @@ class Queue:
         job_id, call, packed = self.core.enqueue_one(task, data, options)
         if not self._checked:
             self.check()
-        reply = self._send_enqueues([call], packed)
-        return self.core.enqueued_one(job_id, reply[0])
+        try:  # the first send, with no layer between: a plain job's call is packed ahead
+            if packed is None:
+                reply = self._runner.run(call)
+            else:
+                reply = self._runner.run_packed(call, packed)
+        except ConnectionLostError as exc:
+            reply = self._resend_enqueues([call], exc)[0]
+        return self.core.enqueued_one(job_id, reply)
 
     def enqueue_many(
         self, jobs: Iterable[JobRequest | tuple[str, Any]], *, chunk_size: int = 500
@@ -142,31 +148,33 @@ class Queue:
         replies = self._send_enqueues([self.core.enqueue_call(c) for c in chunks])
         return [e for c, r in zip(chunks, replies, strict=True) for e in self.core.enqueued(c, r)]
 
-    def _send_enqueues(self, calls: list[ops.Call], packed: bytes | None = None) -> list[Any]:
-        """Send enqueue calls (one of them packed beforehand, when given);
-        when a reply is lost, send the same calls again, through enqueue:
-        their ids and request ids make a re-send of an applied call change
-        nothing."""
-        doubt = None
-        for delay in RESEND_DELAYS:
-            try:
-                if packed is not None:
-                    return [self._runner.run_packed(calls[0], packed)]
-                return self._send(calls)
-            except ConnectionLostError as exc:
-                doubt = carry_doubt(doubt, exc)
-                if doubt is None:  # nothing was applied: the caller decides
-                    raise
-            packed = None
-            calls = [self.core.resend_call(call) for call in calls]
-            time.sleep(delay)
+    def _send_enqueues(self, calls: list[ops.Call]) -> list[Any]:
         try:
             return self._send(calls)
         except ConnectionLostError as exc:
-            doubt = carry_doubt(doubt, exc)
-            if doubt is None or doubt is exc:
-                raise
-            raise doubt from exc
+            return self._resend_enqueues(calls, exc)
+
+    def _resend_enqueues(
+        self, calls: list[ops.Call], failure: ConnectionLostError
+    ) -> list[Any]:
+        """After the first send of enqueue calls failed: if it may have been
+        applied (its reply lost), send the same calls again, through enqueue:
+        their ids and request ids make a re-send of an applied call change
+        nothing."""
+        doubt = carry_doubt(None, failure)
+        if doubt is None:  # nothing was applied: the caller decides
+            raise failure
+        calls = [self.core.resend_call(call) for call in calls]
+        last = failure
+        for delay in RESEND_DELAYS:
+            time.sleep(delay)
+            try:
+                return self._send(calls)
+            except ConnectionLostError as exc:
+                doubt, last = carry_doubt(doubt, exc) or doubt, exc
+        if doubt is last:  # the last send's own doubt says it all
+            raise last
+        raise doubt from last
 
     def _send(self, calls: list[ops.Call]) -> list[Any]:
         if len(calls) == 1:  # one round trip without a pipeline's overhead
