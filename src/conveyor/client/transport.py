@@ -147,8 +147,25 @@ def _no_script(result: Any) -> bool:
 RESEND_PAUSES = (0.0, 0.05, 0.2, 0.5, 1.0, 2.0)
 
 
-def _to_resend(results: Sequence[Any]) -> list[int]:
-    return [i for i, r in enumerate(results) if isinstance(r, rx.NoScriptError | SlotRedirect)]
+def _refused(calls: Sequence[Call], results: Sequence[Any]) -> tuple[list[int], bool, set[str]]:
+    """What the runners' _settle re-sends: the indexes refused unapplied, whether a
+    cluster redirected any (worth a pause), and the scripts to load first."""
+    again = [i for i, r in enumerate(results) if isinstance(r, rx.NoScriptError | SlotRedirect)]
+    redirected = any(isinstance(results[i], SlotRedirect) for i in again)
+    return again, redirected, {calls[i].script for i in again if _no_script(results[i])}
+
+
+def _merged(results: list[Any], again: list[int], resent: Sequence[Any]) -> None:
+    for i, result in zip(again, resent, strict=True):
+        results[i] = result
+
+
+def _raised(results: list[Any]) -> list[Any]:
+    """The results, unless one is an error: then the first error is raised."""
+    for result in results:
+        if isinstance(result, Exception):
+            raise result
+    return results
 
 
 class SyncRunner:
@@ -194,20 +211,15 @@ class SyncRunner:
     def _settle(self, calls: Sequence[Call], results: list[Any]) -> list[Any]:
         """The results of `calls` once those refused unapplied are re-sent."""
         for pause in RESEND_PAUSES:
-            again = _to_resend(results)
+            again, redirected, missing = _refused(calls, results)
             if not again:
                 break
-            if any(isinstance(results[i], SlotRedirect) for i in again):
+            if redirected:
                 time.sleep(pause)
-            for name in {calls[i].script for i in again if _no_script(results[i])}:
+            for name in missing:
                 self._load(self.scripts[name])
-            resent = self._pipeline([calls[i] for i in again])
-            for i, result in zip(again, resent, strict=True):
-                results[i] = result
-        for result in results:
-            if isinstance(result, Exception):
-                raise result
-        return results
+            _merged(results, again, self._pipeline([calls[i] for i in again]))
+        return _raised(results)
 
     def _load(self, script: Script) -> None:
         if self.wire is not None:
@@ -265,20 +277,15 @@ class AsyncRunner:
 
     async def _settle(self, calls: Sequence[Call], results: list[Any]) -> list[Any]:
         for pause in RESEND_PAUSES:
-            again = _to_resend(results)
+            again, redirected, missing = _refused(calls, results)
             if not again:
                 break
-            if any(isinstance(results[i], SlotRedirect) for i in again):
+            if redirected:
                 await asyncio.sleep(pause)
-            for name in {calls[i].script for i in again if _no_script(results[i])}:
+            for name in missing:
                 await self._load(self.scripts[name])
-            resent = await self._pipeline([calls[i] for i in again])
-            for i, result in zip(again, resent, strict=True):
-                results[i] = result
-        for result in results:
-            if isinstance(result, Exception):
-                raise result
-        return results
+            _merged(results, again, await self._pipeline([calls[i] for i in again]))
+        return _raised(results)
 
     async def _load(self, script: Script) -> None:
         if self.wire is not None:
