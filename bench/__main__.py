@@ -27,12 +27,11 @@ from bench import report
 from bench.systems import (
     PEER_VENV,
     PEERS,
-    REDIS,
     RESULTS,
     ROOT,
     SCENARIOS,
     SYSTEMS,
-    applies,
+    plan,
     python_for,
     subprocess_env,
 )
@@ -48,6 +47,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rate", type=float, default=200.0, help="latency: jobs/s sent")
     p.add_argument("--ceiling-n", type=int, default=50_000, help="redis-benchmark requests")
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument(
+        "--enqueue-reps", type=int, default=9, help="reps of the single-enqueue scenarios"
+    )
     p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated")
     p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated")
     p.add_argument("--quick", action="store_true", help="N=2000, bulk 20000, 300 latency jobs")
@@ -59,7 +61,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         args.n, args.bulk_n, args.lat_n, args.ceiling_n = 2_000, 20_000, 300, 10_000
-        args.reps = 1 if "--reps" not in (argv or sys.argv) else args.reps
+        given = argv or sys.argv
+        args.reps = 1 if "--reps" not in given else args.reps
+        args.enqueue_reps = 1 if "--enqueue-reps" not in given else args.enqueue_reps
     args.systems = _names(args.systems, SYSTEMS, "system")
     args.scenarios = _names(args.scenarios, SCENARIOS, "scenario")
     return args
@@ -180,29 +184,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bench: work dir {workdir}; systems {systems}; scenarios {scenarios}", flush=True)
     with Harness(args, workdir) as harness:
         print(f"bench: queue Redis {harness.queue_server.url}, marks {harness.mark_server.url}")
-        for rep in range(args.reps):
-            for scenario in scenarios:
-                order = [REDIS] if scenario == "ceiling" else list(systems)
-                rng.shuffle(order)
-                for system in order:
-                    if applies(system, scenario) is not None:
-                        continue
-                    t = time.monotonic()
-                    if system in PEERS and venv_error:
-                        result = {"error": f"peers' venv unusable: {venv_error}"}
-                    else:
-                        result = harness.run(system, scenario)
-                    result["rep"] = rep
-                    runs.setdefault((system, scenario), []).append(result)
-                    print(
-                        f"rep {rep + 1}/{args.reps} {scenario:<21} {system:<9} "
-                        f"{report.brief(result)}  ({time.monotonic() - t:.1f} s)",
-                        flush=True,
-                    )
+        for rep, scenario, system in plan(systems, scenarios, args.reps, args.enqueue_reps, rng):
+            t = time.monotonic()
+            if system in PEERS and venv_error:
+                result = {"error": f"peers' venv unusable: {venv_error}"}
+            else:
+                result = harness.run(system, scenario)
+            result["rep"] = rep
+            runs.setdefault((system, scenario), []).append(result)
+            print(
+                f"rep {rep + 1} {scenario:<21} {system:<9} "
+                f"{report.brief(result)}  ({time.monotonic() - t:.1f} s)",
+                flush=True,
+            )
     meta = {
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         "duration_s": round(time.time() - started, 1),
         "reps": args.reps,
+        "enqueue_reps": args.enqueue_reps,
         "n": args.n,
         "bulk_n": args.bulk_n,
         "lat_n": args.lat_n,

@@ -70,7 +70,8 @@ def matplotlib_chart(doc: dict[str, Any], out: Path) -> None:
     meta = doc["meta"]
     fig.suptitle(
         f"Conveyor vs peers — {meta['cpus']} CPUs, private redis-server, medians of "
-        f"{meta['reps']} rep(s), N={meta['n']:,} (bench/README.md)",
+        f"{meta['reps']} rep(s) ({meta.get('enqueue_reps', meta['reps'])} of single enqueues), "
+        f"N={meta['n']:,} (bench/README.md)",
         fontsize=12,
     )
     fig.tight_layout()

@@ -189,7 +189,7 @@ def markdown(
     lines = [
         "# Benchmark results (latest run)",
         "",
-        f"Started {meta['started_at']}, {meta['reps']} rep(s), took {meta['duration_s']:.0f} s; "
+        f"Started {meta['started_at']}, {_reps(meta)}, took {meta['duration_s']:.0f} s; "
         f"N = {meta['n']:,} (bulk {meta['bulk_n']:,}, latency {meta['lat_n']:,} jobs at "
         f"{meta['rate']:.0f}/s); {meta['cpus']} CPUs, load average at the end "
         f"{', '.join(f'{x:.1f}' for x in meta['load_average_at_end'])}.",
@@ -379,3 +379,11 @@ def _chart(json_path: Path, png_path: Path) -> None:
     from bench.chart import plain_chart
 
     plain_chart(json.loads(json_path.read_text()), png_path)
+
+
+def _reps(meta: dict[str, Any]) -> str:
+    """ "3 rep(s)", and the single-enqueue scenarios' own count when it differs."""
+    reps, enqueue_reps = meta["reps"], meta.get("enqueue_reps", meta["reps"])
+    if enqueue_reps == reps:
+        return f"{reps} rep(s)"
+    return f"{reps} rep(s) ({enqueue_reps} of the single-enqueue scenarios)"

@@ -20,6 +20,7 @@ the worker's import target.
 from __future__ import annotations
 
 import os
+import random
 import sys
 from pathlib import Path
 
@@ -54,6 +55,9 @@ HAS_BULK = {"conveyor": "Queue.enqueue_many", "rq": "Queue.enqueue_many", "bullm
 # async-only peers (arq, saq, taskiq, bullmq) are measured through it in enqueue_single.
 # enqueue_single_uvloop: the same on uvloop's loop instead of asyncio's, for information.
 ASYNC_SCENARIOS = ("enqueue_single_async", "enqueue_single_uvloop")
+# The single-enqueue scenarios run as one block, shuffled together: each
+# Conveyor figure is then compared with peers' runs taken beside it.
+ENQUEUE_SINGLE = ("enqueue_single", *ASYNC_SCENARIOS)
 HAS_SYNC_AND_ASYNC = {"conveyor"}
 ASYNC_ONLY = {"arq", "saq", "taskiq", "bullmq"}
 PER_JOB_STATE = {"conveyor", "rq", "arq", "saq", "bullmq"}
@@ -91,3 +95,29 @@ def subprocess_env(queue_url: str, mark_url: str, python: Path) -> dict[str, str
     env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop("VIRTUAL_ENV", None)
     return env
+
+
+def plan(
+    systems: list[str], scenarios: list[str], reps: int, enqueue_reps: int, rng: random.Random
+) -> list[tuple[int, str, str]]:
+    """(rep, scenario, system) in the order to run them. Each rep runs the
+    scenarios in turn, the systems of each in a fresh random order; the
+    single-enqueue scenarios form one block, shuffled together, and run
+    `enqueue_reps` times (they take seconds, and single round trips are the
+    noisiest figure here), the others `reps` times."""
+    blocks: list[list[str]] = []
+    for scenario in scenarios:
+        if scenario in ENQUEUE_SINGLE and blocks and blocks[-1][0] in ENQUEUE_SINGLE:
+            blocks[-1].append(scenario)
+        else:
+            blocks.append([scenario])
+    runs = []
+    for rep in range(max(reps, enqueue_reps)):
+        for block in blocks:
+            if rep >= (enqueue_reps if block[0] in ENQUEUE_SINGLE else reps):
+                continue
+            who = [REDIS] if block == ["ceiling"] else systems
+            order = [(sc, sy) for sc in block for sy in who if applies(sy, sc) is None]
+            rng.shuffle(order)
+            runs += [(rep, scenario, system) for scenario, system in order]
+    return runs

@@ -8,6 +8,7 @@ private redis-servers, and the records must have the documented shape.
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.__main__ import main  # noqa: E402
-from bench.systems import SCENARIOS  # noqa: E402
+from bench.systems import ENQUEUE_SINGLE, SCENARIOS, plan  # noqa: E402
 from bench.venv import ensure_peer_venv  # noqa: E402
 
 FIELDS = {"system", "scenario", "jobs_per_s", "p50_ms", "p99_ms", "bytes_per_job", "runs"}
@@ -36,7 +37,8 @@ def test_bench_runs_on_a_tiny_n(tmp_path: Path, redis_binary: str) -> None:
     out = tmp_path / "results"
     argv = [
         "--n", "200", "--bulk-n", "500", "--lat-n", "40", "--rate", "400",
-        "--ceiling-n", "2000", "--reps", "1", "--timeout", "30", "--no-install",
+        "--ceiling-n", "2000", "--reps", "1", "--enqueue-reps", "2", "--timeout", "30",
+        "--no-install",
         "--systems", ",".join(systems), "--out", str(out), "--redis-server", redis_binary,
     ]  # fmt: skip
     assert main(argv) == 0
@@ -49,7 +51,8 @@ def test_bench_runs_on_a_tiny_n(tmp_path: Path, redis_binary: str) -> None:
     for scenario in SCENARIOS:
         system = "redis" if scenario == "ceiling" else "conveyor"
         assert (system, scenario) in records, scenario
-        assert len(records[(system, scenario)]["runs"]) == 1
+        reps = 2 if scenario in ENQUEUE_SINGLE else 1
+        assert len(records[(system, scenario)]["runs"]) == reps, scenario
 
     def positive(system: str, scenario: str, key: str) -> None:
         value = records[(system, scenario)][key]
@@ -71,3 +74,28 @@ def test_bench_runs_on_a_tiny_n(tmp_path: Path, redis_binary: str) -> None:
     assert {t["target"] for t in doc["targets"]} >= {"process_1proc", "enqueue_bulk"}
     assert (out / "latest.md").read_text().startswith("# Benchmark results")
     assert (out / "latest.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_the_single_enqueue_scenarios_run_as_one_shuffled_block_with_their_own_reps() -> None:
+    systems = ["conveyor", "huey", "saq"]
+    scenarios = ["enqueue_single", "enqueue_single_async", "enqueue_bulk", "ceiling"]
+    runs = plan(systems, scenarios, 2, 5, random.Random(7))
+    count: dict[tuple[str, str], int] = {}
+    for _, scenario, system in runs:
+        count[(scenario, system)] = count.get((scenario, system), 0) + 1
+    assert count == {
+        ("enqueue_single", "conveyor"): 5,
+        ("enqueue_single", "huey"): 5,
+        ("enqueue_single", "saq"): 5,
+        ("enqueue_single_async", "conveyor"): 5,
+        ("enqueue_bulk", "conveyor"): 2,
+        ("ceiling", "redis"): 2,
+    }  # fmt: skip  (huey has no bulk API; saq's API is async only)
+    for rep in range(5):
+        of_rep = [(sc, sy) for r, sc, sy in runs if r == rep]
+        block = [i for i, (sc, _) in enumerate(of_rep) if sc in ENQUEUE_SINGLE]
+        assert block == list(range(4)), of_rep  # first, and together
+    orders = {
+        tuple(sy for r, sc, sy in runs if r == rep and sc in ENQUEUE_SINGLE) for rep in range(5)
+    }
+    assert len(orders) > 1  # shuffled afresh each rep
