@@ -306,6 +306,19 @@ class SpecBuilder:
             return None
         return new_job_id(), _task_name(task), _payload(data, self.max_payload)
 
+    def plain_many(self, tasks: Sequence[Any], datas: Sequence[Any]) -> list[str] | None:
+        """id, task, data, id, task, data, ... of jobs without options, as
+        `plain` makes them (the ids from one urandom call); None unless the
+        queue's defaults are the protocol's."""
+        if not self._plain:
+            return None
+        ids = _ids(os.urandom(ID_BYTES * len(tasks)))
+        max_payload = self.max_payload
+        flat: list[str] = []
+        for k, task in enumerate(tasks):
+            flat += (ids[16 * k : 16 * k + 16], _task_name(task), _payload(datas[k], max_payload))
+        return flat
+
     def many(self, jobs: Sequence[tuple[str, Any, Mapping[str, Any]]]) -> list[JobSpec]:
         """Specs of (task, data, options) jobs; the random ids of the jobs
         without options come from one urandom call."""

@@ -122,6 +122,47 @@ def test_enqueue_many_gives_each_job_its_own_random_id(queue: Any) -> None:
     assert queue.job_ids(JobState.WAITING, offset=590, limit=20) == ids[590:]
 
 
+def test_enqueue_many_of_plain_jobs_in_chunks_keeps_order_and_data(queue: Any) -> None:
+    """Jobs without options go as enqueue_new calls built from their ids,
+    tasks and data alone, chunk by chunk; long data is stored in pieces."""
+    long = "é" * 100  # 200 bytes: pieces
+    done = queue.enqueue_many([("t", i) for i in range(1200)] + [("t", long)], chunk_size=500)
+    ids = [d.id for d in done]
+    assert len(set(ids)) == 1201
+    assert {(d.outcome, d.state, d.queue) for d in done} == {
+        ("created", JobState.WAITING, queue.name)
+    }
+    assert queue.job_ids(JobState.WAITING, offset=495, limit=10) == ids[495:505]
+    assert queue.job_ids(JobState.WAITING, offset=995, limit=10) == ids[995:1005]
+    assert [queue.get(i).data for i in (ids[0], ids[499], ids[500], ids[1199])] == [
+        0,
+        499,
+        500,
+        1199,
+    ]
+    assert queue.get(ids[-1]).data == long
+
+
+def test_enqueue_many_refuses_a_bad_chunk_size_and_writes_nothing(
+    queue: Any, redis_client: redis.Redis
+) -> None:
+    before = redis_client.dbsize()
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValidationError, match="chunk_size"):
+            queue.enqueue_many([("t", 1)], chunk_size=bad)
+    assert redis_client.dbsize() == before
+    assert queue.enqueue_many([], chunk_size=500) == []
+
+
+def test_enqueue_many_sends_a_queue_s_own_defaults_with_plain_jobs(
+    redis_url: str, queue_name: str
+) -> None:
+    settings = QueueSettings(defaults=JobDefaults(max_failures=7))
+    with Queue(queue_name, url=redis_url, settings=settings) as own:
+        done = own.enqueue_many([("t", 1), ("t", 2)])
+        assert [own.get(d.id).max_failures for d in done] == [7, 7]
+
+
 def test_cancel_removes_waiting_and_delayed_jobs(queue: Any) -> None:
     queue.enqueue("t", None, id="w")
     queue.enqueue("t", None, id="d", delay=60)

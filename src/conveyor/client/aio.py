@@ -146,11 +146,9 @@ class AsyncQueue:
         self, jobs: Iterable[JobRequest | tuple[str, Any]], *, chunk_size: int = 500
     ) -> list[Enqueued]:
         """Enqueue many jobs in pipelined chunks; every job is validated first."""
-        specs = self.core.specs_of(jobs)
+        calls, ids = self.core.enqueue_many_calls(jobs, chunk_size)
         await self.check()
-        chunks = [specs[i : i + chunk_size] for i in range(0, len(specs), chunk_size)]
-        replies = await self._send_enqueues([self.core.enqueue_call(c) for c in chunks])
-        return [e for c, r in zip(chunks, replies, strict=True) for e in self.core.enqueued(c, r)]
+        return self.core.enqueued_many(ids, await self._send_enqueues(calls))
 
     async def _send_enqueues(self, calls: list[ops.Call]) -> list[Any]:
         try:

@@ -142,11 +142,9 @@ class Queue:
         self, jobs: Iterable[JobRequest | tuple[str, Any]], *, chunk_size: int = 500
     ) -> list[Enqueued]:
         """Enqueue many jobs in pipelined chunks; every job is validated first."""
-        specs = self.core.specs_of(jobs)
+        calls, ids = self.core.enqueue_many_calls(jobs, chunk_size)
         self.check()
-        chunks = [specs[i : i + chunk_size] for i in range(0, len(specs), chunk_size)]
-        replies = self._send_enqueues([self.core.enqueue_call(c) for c in chunks])
-        return [e for c, r in zip(chunks, replies, strict=True) for e in self.core.enqueued(c, r)]
+        return self.core.enqueued_many(ids, self._send_enqueues(calls))
 
     def _send_enqueues(self, calls: list[ops.Call]) -> list[Any]:
         try:
@@ -154,9 +152,7 @@ class Queue:
         except ConnectionLostError as exc:
             return self._resend_enqueues(calls, exc)
 
-    def _resend_enqueues(
-        self, calls: list[ops.Call], failure: ConnectionLostError
-    ) -> list[Any]:
+    def _resend_enqueues(self, calls: list[ops.Call], failure: ConnectionLostError) -> list[Any]:
         """After the first send of enqueue calls failed: if it may have been
         applied (its reply lost), send the same calls again, through enqueue:
         their ids and request ids make a re-send of an applied call change

@@ -8,6 +8,7 @@ everything but the line that does I/O.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -238,10 +239,14 @@ def enqueue(keys: QueueKeys, specs: Sequence[JobSpec], *, events_maxlen: int) ->
 def enqueue_new(keys: QueueKeys, jobs: Sequence[NewJob], *, events_maxlen: int) -> Call:
     """The first send of jobs with fresh generated ids, no options and no
     index entries (enqueue_new.lua). A re-send of it is `resend_of_new`."""
-    args: list[Arg] = [events_maxlen]
-    for job in jobs:
-        args.extend(job)
-    return Call("enqueue_new", _enqueue_new_keys(keys), tuple(args))
+    return enqueue_new_flat(
+        keys, list(itertools.chain.from_iterable(jobs)), events_maxlen=events_maxlen
+    )
+
+
+def enqueue_new_flat(keys: QueueKeys, flat: Sequence[Arg], *, events_maxlen: int) -> Call:
+    """enqueue_new of jobs given flat: id, task, data, id, task, data, ..."""
+    return Call("enqueue_new", _enqueue_new_keys(keys), (events_maxlen, *flat))
 
 
 def resend_of_new(keys: QueueKeys, call: Call) -> Call:
