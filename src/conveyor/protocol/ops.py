@@ -8,7 +8,6 @@ everything but the line that does I/O.
 from __future__ import annotations
 
 import functools
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -239,9 +238,12 @@ def enqueue(keys: QueueKeys, specs: Sequence[JobSpec], *, events_maxlen: int) ->
 def enqueue_new(keys: QueueKeys, jobs: Sequence[NewJob], *, events_maxlen: int) -> Call:
     """The first send of jobs with fresh generated ids, no options and no
     index entries (enqueue_new.lua). A re-send of it is `resend_of_new`."""
-    return enqueue_new_flat(
-        keys, list(itertools.chain.from_iterable(jobs)), events_maxlen=events_maxlen
-    )
+    # written out, not through enqueue_new_flat: each single enqueue builds
+    # one (1.1 µs against 1.7 through the extra call)
+    args: list[Arg] = [events_maxlen]
+    for job in jobs:
+        args.extend(job)
+    return Call("enqueue_new", _enqueue_new_keys(keys), tuple(args))
 
 
 def enqueue_new_flat(keys: QueueKeys, flat: Sequence[Arg], *, events_maxlen: int) -> Call:
