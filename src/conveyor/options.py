@@ -104,17 +104,19 @@ def new_job_id() -> str:
         try:
             return _spare_ids.pop()
         except IndexError:  # empty, maybe emptied by another thread since
-            ids = _ids(os.urandom(ID_BYTES * ID_BATCH))
-            _spare_ids.extend([ids[k : k + 16] for k in range(0, len(ids), 16)])
+            _spare_ids.extend(_fresh_ids(ID_BATCH))
 
 
 _ALTCHARS = bytes.maketrans(b"+/", b"_.")
 
 
-def _ids(random: bytes) -> str:
-    """Consecutive 16-character ids from ID_BYTES random bytes each (base64
-    with `_.` for `+/`; binascii directly: half the cost of base64.b64encode)."""
-    return binascii.b2a_base64(random, newline=False).translate(_ALTCHARS).decode("ascii")
+def _fresh_ids(count: int) -> list[str]:
+    """`count` new 16-character ids from one os.urandom call: ID_BYTES random
+    bytes each in base64 with `_.` for `+/` (binascii directly: half the cost
+    of base64.b64encode)."""
+    random = os.urandom(ID_BYTES * count)
+    text = binascii.b2a_base64(random, newline=False).translate(_ALTCHARS).decode("ascii")
+    return [text[k : k + 16] for k in range(0, len(text), 16)]
 
 
 def _count(value: object, what: str, *, minimum: int = 0) -> int:
@@ -312,25 +314,24 @@ class SpecBuilder:
         queue's defaults are the protocol's."""
         if not self._plain:
             return None
-        ids = _ids(os.urandom(ID_BYTES * len(tasks)))
+        ids = _fresh_ids(len(tasks))
         max_payload = self.max_payload
         flat: list[str] = []
         for k, task in enumerate(tasks):
-            flat += (ids[16 * k : 16 * k + 16], _task_name(task), _payload(datas[k], max_payload))
+            flat += (ids[k], _task_name(task), _payload(datas[k], max_payload))
         return flat
 
     def many(self, jobs: Sequence[tuple[str, Any, Mapping[str, Any]]]) -> list[JobSpec]:
         """Specs of (task, data, options) jobs; the random ids of the jobs
         without options come from one urandom call."""
-        ids = _ids(os.urandom(ID_BYTES * len(jobs)))
+        ids = _fresh_ids(len(jobs))
         make, max_payload = self._make, self.max_payload
         specs = []
         for k, (task, data, options) in enumerate(jobs):
             if options:
                 specs.append(self.one(task, data, options))
             else:
-                job_id = ids[16 * k : 16 * k + 16]
-                specs.append(make(job_id, _task_name(task), _payload(data, max_payload), ""))
+                specs.append(make(ids[k], _task_name(task), _payload(data, max_payload), ""))
         return specs
 
 
