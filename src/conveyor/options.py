@@ -314,24 +314,22 @@ class SpecBuilder:
         queue's defaults are the protocol's."""
         if not self._plain:
             return None
-        ids = _fresh_ids(len(tasks))
         max_payload = self.max_payload
         flat: list[str] = []
-        for k, task in enumerate(tasks):
-            flat += (ids[k], _task_name(task), _payload(datas[k], max_payload))
+        for job_id, task, data in zip(_fresh_ids(len(tasks)), tasks, datas, strict=True):
+            flat += (job_id, _task_name(task), _payload(data, max_payload))
         return flat
 
     def many(self, jobs: Sequence[tuple[str, Any, Mapping[str, Any]]]) -> list[JobSpec]:
         """Specs of (task, data, options) jobs; the random ids of the jobs
         without options come from one urandom call."""
-        ids = _fresh_ids(len(jobs))
         make, max_payload = self._make, self.max_payload
         specs = []
-        for k, (task, data, options) in enumerate(jobs):
+        for job_id, (task, data, options) in zip(_fresh_ids(len(jobs)), jobs, strict=True):
             if options:
                 specs.append(self.one(task, data, options))
             else:
-                specs.append(make(ids[k], _task_name(task), _payload(data, max_payload), ""))
+                specs.append(make(job_id, _task_name(task), _payload(data, max_payload), ""))
         return specs
 
 
