@@ -1,6 +1,6 @@
 """`make bench`: Conveyor against the peers and Redis's ceiling, on private Redis servers.
 
-    .venv/bin/python -m bench                          # all: 3 reps (9 single-enqueue), 30-45 min
+    .venv/bin/python -m bench                          # all: 3 reps (9 single-enqueue), 20-45 min
     .venv/bin/python -m bench --quick                  # small N, 1 rep
     .venv/bin/python -m bench --systems conveyor,huey --scenarios process_1proc --reps 5
 
