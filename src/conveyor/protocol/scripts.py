@@ -30,6 +30,8 @@ SCRIPT_NAMES = (
     "reprioritize",
     "retry",
     "remove",
+    "flow_add",
+    "flow_settle",
 )
 
 _INCLUDE = "-- @include "
