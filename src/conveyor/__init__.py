@@ -2,6 +2,7 @@
 
 from conveyor.client import AsyncQueue, Enqueued, JobRequest, Queue, QueueSettings, WorkerInfo
 from conveyor.client.events import Event
+from conveyor.client.flows import ChildrenCounts, ChildrenResults, FlowEnqueued, FlowJob, FlowNode
 from conveyor.client.tasks import Task, Tasks
 from conveyor.errors import ConveyorError, PermanentError
 from conveyor.job import Job, JobState
@@ -9,9 +10,14 @@ from conveyor.options import JobDefaults
 
 __all__ = [
     "AsyncQueue",
+    "ChildrenCounts",
+    "ChildrenResults",
     "ConveyorError",
     "Enqueued",
     "Event",
+    "FlowEnqueued",
+    "FlowJob",
+    "FlowNode",
     "Job",
     "JobDefaults",
     "JobRequest",

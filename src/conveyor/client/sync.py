@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterable, Iterator
@@ -30,11 +31,25 @@ from conveyor.client.core import (
     carry_doubt,
 )
 from conveyor.client.events import Event, decode_events
+from conveyor.client.flows import (
+    ChildrenCounts,
+    ChildrenResults,
+    FlowEnqueued,
+    FlowJob,
+    FlowNode,
+    FlowPlan,
+    children_keys,
+    children_results,
+    counts_of,
+    node_of,
+)
 from conveyor.client.transport import SyncRunner, sync_client, translated
 from conveyor.client.wire import SyncWire
 from conveyor.errors import ConnectionLostError, ConveyorError, WaitTimeoutError
 from conveyor.job import Job, JobState
+from conveyor.options import check_job_id
 from conveyor.protocol import ops, schedules
+from conveyor.protocol.flows import reference, split_reference
 from conveyor.protocol.keys import PROTOCOL_VERSION
 
 log = logging.getLogger("conveyor")
@@ -74,6 +89,8 @@ class Queue:
         self._runner = SyncRunner(self.client, self.core.scripts, self._wire)
         self._checked = False
         self._pool_options = self.client.connection_pool.connection_kwargs
+        self._url = url
+        self._peers: dict[str, Queue] = {}  # the other queues of this client's flows
 
     @property
     def name(self) -> str:
@@ -91,6 +108,8 @@ class Queue:
         self.close()
 
     def close(self) -> None:
+        for peer in self._peers.values():
+            peer.close()
         if self._wire is not None:
             self._wire.close()
         if self._owns_client:
@@ -291,6 +310,80 @@ class Queue:
         with translated():
             self.client.hdel(self.core.keys.meta, "paused")
             self.client.zadd(self.core.keys.marker, {"0": 0})
+
+    # --- flows -------------------------------------------------------------------
+
+    def peer(self, name: str) -> Queue:
+        """Queue `name` with this queue's settings, on the same server (on a
+        cluster: connected to its own slot's master); this queue for its name."""
+        if name == self.name:
+            return self
+        if name not in self._peers:
+            if self._owns_client:
+                peer = Queue(name, url=self._url, settings=self.core.settings)
+            else:
+                peer = Queue(name, client=self.client, settings=self.core.settings)
+            self._peers[name] = peer
+        return self._peers[name]
+
+    def enqueue_flow(self, flow: FlowJob, *, chunk_size: int = 500) -> FlowEnqueued:
+        """Enqueue a tree of jobs: each parent waits in waiting_children until
+        its children settled, then runs with their results. Nodes are written
+        top-down, parents first; sending the same tree again (same ids)
+        changes nothing that exists. Every node is validated first."""
+        core = self.core
+        plan = FlowPlan(
+            flow, queue=self.name, prefix=core.keys.prefix, specs=core.specs,
+            events_maxlen=core.settings.events_maxlen, chunk_size=chunk_size,
+        )  # fmt: skip
+        replies = []
+        for flow_call in plan.calls:
+            queue = self.peer(flow_call.queue)
+            queue.check()
+            replies.append(queue._send_enqueues([flow_call.call])[0])
+        return plan.result(replies)
+
+    def children_results(self, job_id: str) -> ChildrenResults:
+        """What the children of parent `job_id` left it (see ChildrenResults)."""
+        keys = children_keys(self.core.keys, check_job_id(job_id))
+        with translated():
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.hgetall(key)
+            return children_results(*pipe.execute())
+
+    def children_counts(self, job_id: str) -> ChildrenCounts:
+        """Children of parent `job_id`: all, pending, completed, ignored, failed."""
+        return self._counts([job_id])[0]
+
+    def _counts(self, job_ids: list[str]) -> list[ChildrenCounts]:
+        with translated():
+            pipe = self.client.pipeline(transaction=False)
+            keys = self.core.keys
+            for job_id in map(check_job_id, job_ids):
+                pipe.zcard(keys.children(job_id))
+                pipe.scard(keys.pending(job_id))
+                for key in children_keys(keys, job_id):
+                    pipe.hlen(key)
+            replies = pipe.execute() if job_ids else []
+        return [counts_of(replies[i : i + 5]) for i in range(0, len(replies), 5)]
+
+    def flow(self, job_id: str, *, offset: int = 0, limit: int = 100) -> FlowNode:
+        """Node `job_id` of a flow with one page of its children (in the order
+        added), each with its state, result, error and child counts; page on
+        with `offset`, go down with the child's own queue's flow()."""
+        with translated():
+            raw = self.client.hgetall(self.core.job_key(job_id))
+            refs = self.client.zrange(self.core.keys.children(job_id), offset, offset + limit - 1)
+        children = []
+        for ref in (ops.text(r) for r in refs):
+            queue_name, child_id = split_reference(ref)
+            peer = self.peer(queue_name)
+            with translated():
+                child_raw = peer.client.hgetall(peer.core.job_key(child_id))
+            children.append(node_of(ref, child_raw, peer._counts([child_id])[0]))
+        node = node_of(reference(self.name, job_id), raw, self._counts([job_id])[0])
+        return dataclasses.replace(node, children=tuple(children))
 
     # --- inspecting ------------------------------------------------------------
 

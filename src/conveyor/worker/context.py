@@ -9,12 +9,16 @@ def resize(data):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from conveyor.client.flows import ChildrenResults
 from conveyor.errors import ConveyorError, ValidationError
+
+ReadChildren = Callable[["JobContext"], Coroutine[Any, Any, ChildrenResults]]
 
 
 @dataclass(eq=False)
@@ -30,11 +34,32 @@ class JobContext:
     worker_id: str
     report_progress: Callable[[JobContext, float], None] = field(repr=False)
     lost: bool = False
+    # reads the flow children's results; runs on the worker's event loop
+    read_children: ReadChildren | None = field(default=None, repr=False)
+    loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
 
     def progress(self, done: float, total: float | None = None) -> None:
         """Report progress as a fraction, or as `done` out of `total`."""
         fraction = _fraction(done, total)
         self.report_progress(self, fraction)
+
+    async def children_async(self) -> ChildrenResults:
+        """A flow parent's children: results by child id, and the errors of
+        those that failed under `ignore` (and `fail` / `continue`)."""
+        if self.read_children is None:
+            raise ConveyorError("this job's worker cannot read flow children")
+        return await self.read_children(self)
+
+    def children(self) -> ChildrenResults:
+        """children_async() for a sync handler (it runs in a pool thread)."""
+        if self.read_children is None or self.loop is None:
+            raise ConveyorError("this job's worker cannot read flow children")
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            future = asyncio.run_coroutine_threadsafe(self.read_children(self), self.loop)
+            return future.result()
+        raise ConveyorError("in an async handler, use: await current_job().children_async()")
 
 
 def _fraction(done: float, total: float | None) -> float:

@@ -19,6 +19,7 @@ from conveyor.client.core import QueueCore
 from conveyor.client.transport import SyncRunner
 from conveyor.errors import ConveyorError
 from conveyor.protocol import ops
+from conveyor.worker.courier import Courier
 
 log = logging.getLogger("conveyor.worker")
 
@@ -26,8 +27,9 @@ Leases = Callable[[], list[tuple[str, str]]]
 
 
 class Heartbeat(threading.Thread):
-    """Every `interval` s: renew the held leases, announce the worker, and
-    reap expired leases of any worker of the queue."""
+    """Every `interval` s: renew the held leases, announce the worker, reap
+    expired leases of any worker of the queue, and carry the queue's flow
+    hand-offs to their parents' queues."""
 
     def __init__(
         self,
@@ -41,6 +43,7 @@ class Heartbeat(threading.Thread):
         leases: Leases,
         on_lost: Callable[[list[str]], None],
         reap_batch: int = 100,
+        courier: Courier | None = None,
     ) -> None:
         super().__init__(name=f"conveyor-heartbeat-{worker_id}", daemon=True)
         self.runner = runner
@@ -52,6 +55,7 @@ class Heartbeat(threading.Thread):
         self.leases = leases
         self.on_lost = on_lost
         self.reap_batch = reap_batch
+        self.courier = courier  # carries flow hand-offs to other queues (courier.py)
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -63,6 +67,8 @@ class Heartbeat(threading.Thread):
             try:
                 self.beat()
                 self.reap()
+                if self.courier is not None:
+                    self.courier.drain(self.interval / 4)
                 if failures:
                     log.warning("heartbeat back after %d failed attempt(s)", failures)
                 failures = 0

@@ -21,6 +21,7 @@ from typing import Any
 
 from conveyor import serializers
 from conveyor.client.aio import AsyncQueue
+from conveyor.client.flows import ChildrenResults
 from conveyor.client.tasks import Task
 from conveyor.errors import ConnectionLostError
 from conveyor.protocol import ops
@@ -150,6 +151,8 @@ class JobPool:
             token=token,
             worker_id=self._worker_id,
             report_progress=self._progress,
+            read_children=self._read_children,
+            loop=self._loop,
         )
         running = Running(ctx, timeout_ms / 1000 if timeout_ms > 0 else None, handler, problem)
         self.held[claimed.id] = running
@@ -199,6 +202,9 @@ class JobPool:
             running.ctx.lost = True
             if running.scope is not None:
                 running.scope.reschedule(self._loop.time())
+
+    async def _read_children(self, ctx: JobContext) -> ChildrenResults:
+        return await self._queue.children_results(ctx.id)
 
     def _progress(self, ctx: JobContext, fraction: float) -> None:
         """Write progress from a handler: async handlers go on at once, sync

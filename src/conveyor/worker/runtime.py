@@ -30,6 +30,7 @@ from conveyor.client.wire import SyncWire
 from conveyor.errors import ConfigurationError, ConnectionLostError, ConveyorError
 from conveyor.protocol import ops
 from conveyor.timeutil import to_ms
+from conveyor.worker.courier import Courier
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.pool import JobPool, log_failure
 from conveyor.worker.waiting import Blocker, advance
@@ -141,7 +142,11 @@ class Worker:
         )
         self._jobs = jobs
         beat_wire = None if endpoint is None else SyncWire(endpoint)
-        heartbeat = self._heartbeat(SyncRunner(sync_client, queue.core.scripts, beat_wire), jobs)
+        beat_runner = SyncRunner(sync_client, queue.core.scripts, beat_wire)
+        courier = None
+        if not self.settings.failures:  # a failure lane's jobs have no parents
+            courier = Courier(beat_runner, queue.name, url=self.url, settings=self.tasks.settings)
+        heartbeat = self._heartbeat(beat_runner, jobs, courier)
         loop = asyncio.get_running_loop()
         self._install_signals(loop)
         try:
@@ -158,6 +163,8 @@ class Worker:
             await self._blocker.close()
             await queue.close()
             sync_client.close()
+            if courier is not None:
+                courier.close()
             if beat_wire is not None:
                 beat_wire.close()
 
@@ -190,7 +197,7 @@ class Worker:
             return self.tasks.failure_handlers
         return self.tasks.handlers
 
-    def _heartbeat(self, runner: SyncRunner, jobs: JobPool) -> Heartbeat:
+    def _heartbeat(self, runner: SyncRunner, jobs: JobPool, courier: Courier | None) -> Heartbeat:
         loop = asyncio.get_running_loop()
         return Heartbeat(
             runner=runner,
@@ -201,6 +208,7 @@ class Worker:
             info=self._info,
             leases=jobs.leases,
             on_lost=lambda ids: _call_soon(loop, jobs.lose, ids),
+            courier=courier,
         )
 
     def _info(self) -> str:

@@ -1,0 +1,138 @@
+"""Flows run by real workers: fan-out, fan-in, children's results in the
+parent's handler, cross-queue hand-offs, failure policies (protocol §14)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from conveyor import FlowJob, JobState, Queue
+from conveyor.client.tasks import Tasks
+from conveyor.errors import ConveyorError, JobFailedError
+from conveyor.worker import current_job
+from support.workers import WorkerRunner
+
+FAST = {"lease": 3.0, "heartbeat_interval": 0.2}  # the courier drains on every beat
+
+
+def test_a_parent_runs_once_after_its_children_with_their_results(
+    redis_url: str, queue_name: str, sync_queue: Queue, worker_runner: WorkerRunner
+) -> None:
+    tasks = Tasks(queue_name, url=redis_url)
+    runs: list[str] = []
+
+    @tasks.task
+    def square(n: int) -> int:
+        runs.append(current_job().id)
+        if n == 3:
+            raise ValueError("three is right out")
+        return n * n
+
+    @tasks.task
+    def total(data: None) -> dict[str, Any]:
+        children = current_job().children()
+        runs.append(current_job().id)
+        return {"results": children.results, "ignored": list(children.ignored)}
+
+    kids = [
+        square.node(n, id=f"sq{n}", on_fail="ignore" if n == 3 else "fail") for n in range(1, 5)
+    ]
+    done = sync_queue.enqueue_flow(total.node(None, id="sum", children=kids))
+    assert done.state is JobState.WAITING_CHILDREN
+    worker_runner.start(tasks, concurrency=4, **FAST)
+    result = sync_queue.wait_result("sum", timeout=20)
+    assert result == {"results": {"sq1": 1, "sq2": 4, "sq4": 16}, "ignored": ["sq3"]}
+    assert runs[-1] == "sum" and runs.count("sum") == 1
+    counts = sync_queue.children_counts("sum")
+    assert (counts.total, counts.pending, counts.processed, counts.ignored) == (4, 0, 3, 1)
+    events = [e.name for e in sync_queue.events(after="0", count=1000)]
+    assert "waiting_children" in events and "children_done" in events
+
+
+def test_children_in_other_queues_hand_off_through_the_outbox(
+    redis_url: str, queue_name: str, sync_queue: Queue, worker_runner: WorkerRunner
+) -> None:
+    parents = Tasks(queue_name, url=redis_url)
+    names = ["t-" + uuid.uuid4().hex[:12] for _ in range(2)]
+    kids = [Tasks(name, url=redis_url) for name in names]
+
+    @parents.task
+    async def collect(data: None) -> list[Any]:
+        children = await current_job().children_async()
+        with pytest.raises(ConveyorError, match="children_async"):
+            current_job().children()  # the sync form would block the loop
+        return sorted(children.results.values())
+
+    for t in kids:
+
+        @t.task(name="echo")
+        async def echo(data: str) -> str:
+            return data
+
+    # two levels across queues: collect <- echo (queue 0) <- echo (queue 1)
+    inner = kids[1].handlers["echo"].node("deep")
+    middle = kids[0].handlers["echo"].node("middle", children=[inner])
+    leaf = kids[1].handlers["echo"].node("leaf")
+    done = sync_queue.enqueue_flow(collect.node(None, children=[middle, leaf]))
+    for t in [parents, *kids]:
+        worker_runner.start(t, **FAST)
+    assert sync_queue.wait_result(done.id, timeout=30) == ["leaf", "middle"]
+    for name in names:  # every hand-off was carried and deleted
+        with Queue(name, url=redis_url) as q:
+            assert q.client.xlen(q.core.keys.outbox) == 0
+
+
+def test_a_failed_child_fails_the_parent_and_up_the_tree(
+    redis_url: str, queue_name: str, sync_queue: Queue, worker_runner: WorkerRunner
+) -> None:
+    tasks = Tasks(queue_name, url=redis_url)
+    ran: list[str] = []
+
+    @tasks.task(max_failures=1)
+    def step(data: str) -> str:
+        ran.append(data)
+        if data == "bad":
+            raise ValueError("bad input")
+        return data
+
+    tree = step.node("root", children=[step.node("mid", children=[step.node("bad")])])
+    done = sync_queue.enqueue_flow(tree)
+    worker_runner.start(tasks, **FAST)
+    with pytest.raises(JobFailedError, match="ChildFailedError"):
+        sync_queue.wait_result(done.id, timeout=20)
+    assert ran == ["bad"]  # neither parent ran
+    mid = sync_queue.get(done.children[0].id)
+    assert mid is not None and mid.state is JobState.FAILED and "bad input" in (mid.error or "")
+
+
+def test_continue_runs_the_parent_at_once_and_remove_forgets_the_child(
+    redis_url: str, queue_name: str, sync_queue: Queue, worker_runner: WorkerRunner
+) -> None:
+    tasks = Tasks(queue_name, url=redis_url)
+
+    @tasks.task(max_failures=1)
+    def boom(data: None) -> None:
+        raise RuntimeError("boom")
+
+    @tasks.task
+    def parent(data: None) -> dict[str, Any]:
+        c = current_job().children()
+        return {"results": c.results, "failed": sorted(c.failed), "ignored": sorted(c.ignored)}
+
+    removed = sync_queue.enqueue_flow(
+        parent.node(None, children=[boom.node(None, on_fail="remove"), parent.node(None)])
+    )
+    worker_runner.start(tasks, **FAST)
+    (inner,) = [c for c in removed.children if c.id != removed.children[0].id]
+    assert sync_queue.wait_result(removed.id, timeout=20) == {
+        "results": {inner.id: {"results": {}, "failed": [], "ignored": []}},
+        "failed": [], "ignored": [],
+    }  # fmt: skip
+    cont = sync_queue.enqueue_flow(
+        parent.node(None, children=[boom.node(None, id="b", on_fail="continue")])
+    )
+    assert sync_queue.wait_result(cont.id, timeout=20) == {
+        "results": {}, "failed": ["b"], "ignored": []
+    }  # fmt: skip
