@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from conveyor import FlowJob, JobState, Queue
+from conveyor import JobState, Queue
 from conveyor.client.tasks import Tasks
 from conveyor.errors import ConveyorError, JobFailedError
 from conveyor.worker import current_job
