@@ -24,7 +24,8 @@
 -- now on); back to ready at its old place,
 -- a blocked twin merged (scheduled instead if the merge set a later run_at;
 -- a `stalled` event), or state failed with error "stalled" once stalls
--- reaches max_stalls (a `failed` event, waiters told, a blocked twin released,
+-- reaches max_stalls (a `failed` event, waiters told, a blocked twin released
+-- keeping the ended run's attempts and stalls, so it runs alone as a suspect,
 -- a failure-lane job when the task has a failure handler;
 -- up to 2 expired failed records swept per job failed); then
 -- expired (or, with meta keep_*, surplus) completed and failed records swept,
@@ -62,7 +63,8 @@ for _, id in ipairs(expired) do
       emit(events, maxlen, 'event', 'failed', 'id', id, 'error', err)
       hand_to_failure_lane(job_key, id, err, now, maxlen)
       notify_waiters(job_key, id, 'failed', err)
-      if not release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index) then
+      if not release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index,
+                             {'attempts', 'stalls'}) then
         retain(job_key, id, failed, field(f[3], 'result_ttl'), now)
       end
       failed_count = failed_count + 1

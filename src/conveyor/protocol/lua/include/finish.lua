@@ -127,14 +127,30 @@ end
 -- A singleton re-enqueued while it ran waits in blocked:<id>. When the run
 -- ends for good, the blocked record becomes the job and is placed; returns
 -- whether there was one (then the finished record is gone, not retained).
-local function release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index)
+-- `carry` (optional) lists fields of the ended run the new record keeps: a
+-- run that ended in a final stall passes its attempts and stalls, so the
+-- twin runs as a visible re-run and as a suspect (alone, claim §6.2).
+local function release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index, carry)
   local blocked_key = base .. 'blocked:' .. id
   if not twins_exist(blocked_index) or redis.call('EXISTS', blocked_key) == 0 then
     return false
   end
+  local kept = {}
+  if carry then
+    local values = redis.call('HMGET', job_key, unpack(carry))
+    for i, name in ipairs(carry) do
+      if values[i] then
+        kept[#kept + 1] = name
+        kept[#kept + 1] = values[i]
+      end
+    end
+  end
   redis.call('ZREM', blocked_index, id)
   redis.call('RENAME', blocked_key, job_key)
   redis.call('HDEL', job_key, unpack(UPSERT_FLAGS))
+  if #kept > 0 then
+    redis.call('HSET', job_key, unpack(kept))
+  end
   local times = redis.call('HMGET', job_key, 'run_at', 'created_at')
   place(job_key, id, tonumber(times[1] or times[2] or '0'), now, ready, scheduled, marker)
   return true
