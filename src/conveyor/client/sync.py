@@ -65,11 +65,13 @@ class Queue:
     ) -> None:
         self.core = QueueCore(name, settings or QueueSettings(), failures=failures)
         self._owns_client = client is None
+        # resolved once: with no URL configured, finding the embedded server is a probe
+        resolved = None if client is not None else resolve_url(url)
         # on a cluster, every connection goes to the master of the queue's slot
-        self.route = None if client is not None else slot_route(resolve_url(url), self.core.keys)
-        self.client = client if client is not None else connect(url, route=self.route)
+        self.route = None if resolved is None else slot_route(resolved, self.core.keys)
+        self.client = client if client is not None else connect(resolved, route=self.route)
         # scripts go over the lean wire when we made the connection ourselves
-        endpoint = None if client is not None else wire_endpoint(resolve_url(url), self.route)
+        endpoint = None if resolved is None else wire_endpoint(resolved, self.route)
         self._wire = None if endpoint is None else SyncWire(endpoint)
         self._runner = SyncRunner(self.client, self.core.scripts, self._wire)
         self._checked = False
