@@ -12,7 +12,7 @@ import redis
 from conveyor.client.transport import SyncRunner
 from conveyor.protocol import PROTOCOL_VERSION, observe, ops, schedules
 from conveyor.protocol.keys import ID_PATTERN, NAME_PATTERN, QueueKeys
-from conveyor.protocol.scripts import SCRIPT_NAMES, load_script
+from conveyor.protocol.scripts import SCRIPT_NAMES, expand, load_script
 from support.servers import ServerFactory
 
 from .harness import SCRIPTS, Proto
@@ -218,6 +218,15 @@ def test_includes_are_expanded_and_the_sha_is_of_the_expanded_text(name: str) ->
     assert "local function now_ms()" in script.source  # every script includes common
     assert script.sha == hashlib.sha1(script.source.encode("utf-8")).hexdigest()
     assert SCRIPTS[name] == script  # loading is deterministic
+
+
+def test_the_expansion_test_vector_of_protocol_section_7() -> None:
+    includes = {"x": "local y = 2\n"}
+    source = expand("-- a\n-- @include x\nreturn 1\n", includes.__getitem__)
+    assert source == "-- a\nlocal y = 2\n\nreturn 1\n"
+    assert hashlib.sha1(source.encode()).hexdigest() == "2d4baf252b2743c066696ad30d661dc14d8fa8f2"
+    # only LF splits lines: a form feed inside a line stays where it is
+    assert expand("a\fb\n", includes.__getitem__) == "a\fb\n"
 
 
 def test_an_unknown_script_name_is_refused() -> None:

@@ -133,6 +133,19 @@ class WorkerInfo:
     info: dict[str, Any]
 
 
+def _worker_info(raw: str | bytes) -> dict[str, Any]:
+    """A worker's self-description (protocol §8.1), read tolerantly: another
+    implementation may write JSON that is not an object, or no JSON at all."""
+    try:
+        info = serializers.loads(raw)
+    except ValueError:
+        info = None
+    if isinstance(info, dict):
+        return info
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    return {"unreadable": text[:200]}
+
+
 # Pauses before re-sending enqueues whose reply was lost (then the error).
 RESEND_DELAYS = (0.05, 0.25, 1.0)
 
@@ -466,7 +479,7 @@ class QueueCore:
         alive = []
         for worker_id, info in zip(ids, infos, strict=True):
             if info is not None:
-                alive.append(WorkerInfo(ops.text(worker_id), serializers.loads(info)))
+                alive.append(WorkerInfo(ops.text(worker_id), _worker_info(info)))
         return alive
 
     # --- waiting for an outcome ------------------------------------------------

@@ -19,8 +19,9 @@
 --   batch of expired leases, or an index still holding an expired or surplus
 --   entry after its sweep): the caller should reap again; else 0.
 --
--- Effects: per expired lease: stalls + 1, the token removed (the old
--- worker's writes are refused from now on); back to ready at its old place,
+-- Effects: per expired lease: stalls + 1 (the token stays in the record, but
+-- the state is no longer active, so the old worker's writes are refused from
+-- now on); back to ready at its old place,
 -- a blocked twin merged (scheduled instead if the merge set a later run_at;
 -- a `stalled` event), or state failed with error "stalled" once stalls
 -- reaches max_stalls (a `failed` event, waiters told, a blocked twin released,
