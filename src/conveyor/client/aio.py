@@ -36,6 +36,13 @@ from conveyor.client.transport import AsyncRunner, async_client, translated
 from conveyor.client.wire import AsyncWire
 from conveyor.errors import ConnectionLostError, ConveyorError, WaitTimeoutError
 from conveyor.job import Job, JobState
+from conveyor.metrics import (
+    WEEK_MINUTES,
+    MinuteCounts,
+    TaskTimings,
+    check_window,
+    task_timings,
+)
 from conveyor.protocol import ops, schedules
 from conveyor.protocol.keys import PROTOCOL_VERSION
 
@@ -132,6 +139,8 @@ class AsyncQueue:
         self, task: str, data: Any = None, **options: Unpack[EnqueueOptions]
     ) -> Enqueued:
         """Enqueue one job; returns once Redis acknowledged it."""
+        if self.core.hooks.before_enqueue:
+            options = self.core.before_enqueue(task, data, options)  # type: ignore[assignment]
         job_id, call, packed = self.core.enqueue_one(task, data, options)
         if not self._checked:
             await self.check()
@@ -382,6 +391,42 @@ class AsyncQueue:
                 else []
             )
         return self.core.workers(ids, infos)
+
+    # --- metrics history and job logs (conveyor.metrics) ---------------------------
+
+    async def metrics_history(self, *, minutes: int = 60) -> list[MinuteCounts]:
+        """Jobs completed, failed and retried per minute over the last
+        `minutes` (at most a week), oldest first, minutes without any as zeros."""
+        check_window(minutes, "minutes", WEEK_MINUTES)
+        with translated():
+            now_ms, hours, keys = self.core.history_keys(await self.client.time(), minutes)
+            raws = await self._hgetall_all(keys)
+        return self.core.history(now_ms, minutes, hours, raws)
+
+    async def task_timings(self, *, hours: int = 1) -> list[TaskTimings]:
+        """Run and wait time histograms per task, added up over the hourly
+        buckets that cover the last `hours` hours (at most a week)."""
+        check_window(hours, "hours", WEEK_MINUTES // 60)
+        with translated():
+            raws = await self._hgetall_all(self.core.timings_keys(await self.client.time(), hours))
+        return task_timings(raws)
+
+    async def totals(self) -> dict[str, int]:
+        """Jobs completed, failed, retried and stalled since the queue began."""
+        with translated():
+            return self.core.totals(await self.client.hgetall(self.core.keys.totals))
+
+    async def job_log(self, job_id: str) -> list[str]:
+        """The lines a job's handler wrote with `current_job().log(...)`."""
+        key = self.core.log_key(job_id)
+        with translated():
+            return [ops.text(line) for line in await self.client.lrange(key, 0, -1)]
+
+    async def _hgetall_all(self, keys: list[str]) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(key)
+        return list(await pipe.execute())
 
     async def events(
         self, *, after: str = "$", block: float | None = None, count: int = 100

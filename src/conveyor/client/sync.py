@@ -34,6 +34,13 @@ from conveyor.client.transport import SyncRunner, sync_client, translated
 from conveyor.client.wire import SyncWire
 from conveyor.errors import ConnectionLostError, ConveyorError, WaitTimeoutError
 from conveyor.job import Job, JobState
+from conveyor.metrics import (
+    WEEK_MINUTES,
+    MinuteCounts,
+    TaskTimings,
+    check_window,
+    task_timings,
+)
 from conveyor.protocol import ops, schedules
 from conveyor.protocol.keys import PROTOCOL_VERSION
 
@@ -128,6 +135,8 @@ class Queue:
 
     def enqueue(self, task: str, data: Any = None, **options: Unpack[EnqueueOptions]) -> Enqueued:
         """Enqueue one job; returns once Redis acknowledged it."""
+        if self.core.hooks.before_enqueue:
+            options = self.core.before_enqueue(task, data, options)  # type: ignore[assignment]
         job_id, call, packed = self.core.enqueue_one(task, data, options)
         if not self._checked:
             self.check()
@@ -370,6 +379,42 @@ class Queue:
                 self.client.mget([self.core.keys.worker(ops.text(i)) for i in ids]) if ids else []
             )
         return self.core.workers(ids, infos)
+
+    # --- metrics history and job logs (conveyor.metrics) ---------------------------
+
+    def metrics_history(self, *, minutes: int = 60) -> list[MinuteCounts]:
+        """Jobs completed, failed and retried per minute over the last
+        `minutes` (at most a week), oldest first, minutes without any as zeros."""
+        check_window(minutes, "minutes", WEEK_MINUTES)
+        with translated():
+            now_ms, hours, keys = self.core.history_keys(self.client.time(), minutes)
+            raws = self._hgetall_all(keys)
+        return self.core.history(now_ms, minutes, hours, raws)
+
+    def task_timings(self, *, hours: int = 1) -> list[TaskTimings]:
+        """Run and wait time histograms per task, added up over the hourly
+        buckets that cover the last `hours` hours (at most a week)."""
+        check_window(hours, "hours", WEEK_MINUTES // 60)
+        with translated():
+            raws = self._hgetall_all(self.core.timings_keys(self.client.time(), hours))
+        return task_timings(raws)
+
+    def totals(self) -> dict[str, int]:
+        """Jobs completed, failed, retried and stalled since the queue began."""
+        with translated():
+            return self.core.totals(self.client.hgetall(self.core.keys.totals))
+
+    def job_log(self, job_id: str) -> list[str]:
+        """The lines a job's handler wrote with `current_job().log(...)`."""
+        key = self.core.log_key(job_id)
+        with translated():
+            return [ops.text(line) for line in self.client.lrange(key, 0, -1)]
+
+    def _hgetall_all(self, keys: list[str]) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(key)
+        return list(pipe.execute())
 
     def events(
         self, *, after: str = "$", block: float | None = None, count: int = 100

@@ -132,6 +132,23 @@ class QueueKeys:
     def worker(self, worker_id: str) -> str:
         return self.base + "worker:" + worker_id
 
+    def metrics(self, hour: int) -> str:
+        """Hash: minute of the hour -> "completed failed retried" (§14)."""
+        return self.base + "metrics:" + str(hour)
+
+    def timings(self, hour: int) -> str:
+        """Hash: run and wait time buckets per task, of one hour (§14)."""
+        return self.base + "timings:" + str(hour)
+
+    @property
+    def totals(self) -> str:
+        """Hash: completed, failed, retried, stalled since the queue began (§14)."""
+        return self.base + "totals"
+
+    def job_log(self, job_id: str) -> str:
+        """List: the lines a job's handler logged (§14)."""
+        return self.base + "log:" + job_id
+
     def wake(self, worker_id: str) -> str:
         """A worker's own wake-up zset, blocked on beside the marker, so it
         can be woken to stop without cancelling a blocking command."""

@@ -31,6 +31,8 @@ SCRIPT_NAMES = (
     "reprioritize",
     "retry",
     "remove",
+    "record_metrics",
+    "job_log",
 )
 
 _INCLUDE = "-- @include "

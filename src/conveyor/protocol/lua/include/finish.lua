@@ -29,9 +29,10 @@ local function unindex(job_key, id)
   end
 end
 
+-- A job's own log (job_log.lua) lives and dies with its record.
 local function delete_job(job_key, id)
   unindex(job_key, id)
-  redis.call('DEL', job_key)
+  redis.call('DEL', job_key, base .. 'log:' .. id)
 end
 
 -- The record outlives its index entry by this much, so that a sweep (not
@@ -47,6 +48,7 @@ local function retain(job_key, id, index, ttl, now)
   else
     redis.call('ZADD', index, now + ttl, id)
     redis.call('PEXPIRE', job_key, ttl + EXPIRY_GRACE)
+    redis.call('PEXPIRE', base .. 'log:' .. id, ttl + EXPIRY_GRACE)
   end
 end
 
