@@ -19,6 +19,12 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 ID_PATTERN = re.compile(r"[\x21-\x7e]{1,256}")
 
 
+def queue_registry(prefix: str) -> str:
+    """Set: the names of the queues clients have used under `prefix` (read by
+    the dashboard and `conveyor queues`; outside any queue's hash tag)."""
+    return f"{prefix}:queues"
+
+
 # A queue's failure lane: the jobs of its failure handlers, in the same slot.
 FAILURE_LANE = "failures"
 
