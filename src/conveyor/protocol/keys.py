@@ -19,6 +19,12 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 ID_PATTERN = re.compile(r"[\x21-\x7e]{1,256}")
 
 
+def queue_registry(prefix: str) -> str:
+    """Set: the names of the queues clients have used under `prefix` (read by
+    the dashboard and `conveyor queues`; outside any queue's hash tag)."""
+    return f"{prefix}:queues"
+
+
 # A queue's failure lane: the jobs of its failure handlers, in the same slot.
 FAILURE_LANE = "failures"
 
@@ -131,6 +137,23 @@ class QueueKeys:
 
     def worker(self, worker_id: str) -> str:
         return self.base + "worker:" + worker_id
+
+    def metrics(self, hour: int) -> str:
+        """Hash: minute of the hour -> "completed failed retried" (§15)."""
+        return self.base + "metrics:" + str(hour)
+
+    def timings(self, hour: int) -> str:
+        """Hash: run and wait time buckets per task, of one hour (§15)."""
+        return self.base + "timings:" + str(hour)
+
+    @property
+    def totals(self) -> str:
+        """Hash: completed, failed, retried, stalled since the queue began (§15)."""
+        return self.base + "totals"
+
+    def job_log(self, job_id: str) -> str:
+        """List: the lines a job's handler logged (§15)."""
+        return self.base + "log:" + job_id
 
     # --- flows (docs/protocol.md §14) ---
 

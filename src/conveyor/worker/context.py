@@ -10,7 +10,8 @@ def resize(data):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,7 @@ class JobContext:
     worker_id: str
     report_progress: Callable[[JobContext, float], None] = field(repr=False)
     lost: bool = False
+    waited: float | None = None  # s from enqueue to start, first attempts; set for hooks
     # reads the flow children's results; runs on the worker's event loop
     read_children: ReadChildren | None = field(default=None, repr=False)
     loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
@@ -85,3 +87,14 @@ def current_job() -> JobContext:
 
 def set_current(job: JobContext | None) -> None:
     _current.set(job)
+
+
+@contextmanager
+def running(job: JobContext) -> Iterator[JobContext]:
+    """Make `job` the current job inside the block, as a worker does around a
+    handler: how tests call a handler directly (current_job() works there)."""
+    reset = _current.set(job)
+    try:
+        yield job
+    finally:
+        _current.reset(reset)

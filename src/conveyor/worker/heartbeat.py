@@ -43,6 +43,8 @@ class Heartbeat(threading.Thread):
         leases: Leases,
         on_lost: Callable[[list[str]], None],
         reap_batch: int = 100,
+        on_reaped: Callable[[int, int], None] | None = None,
+        after_beat: Callable[[SyncRunner], None] | None = None,
         courier: Courier | None = None,
     ) -> None:
         super().__init__(name=f"conveyor-heartbeat-{worker_id}", daemon=True)
@@ -55,6 +57,8 @@ class Heartbeat(threading.Thread):
         self.leases = leases
         self.on_lost = on_lost
         self.reap_batch = reap_batch
+        self.on_reaped = on_reaped  # (recovered, failed) by this worker's reaper
+        self.after_beat = after_beat  # e.g. the metrics flush, on the beat's connection
         self.courier = courier  # carries flow hand-offs to other queues (courier.py)
         self._stop = threading.Event()
 
@@ -69,6 +73,8 @@ class Heartbeat(threading.Thread):
                 self.reap()
                 if self.courier is not None:
                     self.courier.drain(self.interval / 4)
+                if self.after_beat is not None:
+                    self.after_beat(self.runner)
                 if failures:
                     log.warning("heartbeat back after %d failed attempt(s)", failures)
                 failures = 0
@@ -119,6 +125,8 @@ class Heartbeat(threading.Thread):
                     reply.recovered,
                     reply.failed,
                 )
+                if self.on_reaped is not None:
+                    self.on_reaped(reply.recovered, reply.failed)
             if not reply.more or time.monotonic() >= until or self._stop.is_set():
                 return
 

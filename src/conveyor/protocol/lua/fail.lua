@@ -17,7 +17,8 @@
 -- Backoff: min(max_backoff, min_backoff * 2^(failures - 1)), then scaled by
 -- 0.5 + jitter / 2 and clamped to at least min_backoff ("equal jitter").
 -- A merged blocked twin may push the retry later (to its run_at), never earlier.
--- A record missing max_failures fails for good; missing backoffs count as 0.
+-- A missing or non-numeric max_failures, min_backoff or max_backoff takes its
+-- record default (3, 1000, 300000: protocol §4.1).
 --
 -- Returns, per job in order: 'retried' | 'delayed' (retry scheduled) |
 -- 'failed' (no retries left, or permanent) | 'lost' (lease lost: refused).

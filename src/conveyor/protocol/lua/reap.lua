@@ -19,11 +19,13 @@
 --   batch of expired leases, or an index still holding an expired or surplus
 --   entry after its sweep): the caller should reap again; else 0.
 --
--- Effects: per expired lease: stalls + 1, the token removed (the old
--- worker's writes are refused from now on); back to ready at its old place,
+-- Effects: per expired lease: stalls + 1 (the token stays in the record, but
+-- the state is no longer active, so the old worker's writes are refused from
+-- now on); back to ready at its old place,
 -- a blocked twin merged (scheduled instead if the merge set a later run_at;
 -- a `stalled` event), or state failed with error "stalled" once stalls
--- reaches max_stalls (a `failed` event, waiters told, a blocked twin released,
+-- reaches max_stalls (a `failed` event, waiters told, a blocked twin released
+-- keeping the ended run's attempts and stalls, so it runs alone as a suspect,
 -- a failure-lane job when the task has a failure handler, a flow child's
 -- hand-off to its parent (flow.lua);
 -- up to 2 expired failed records swept per job failed); then
@@ -68,7 +70,8 @@ for _, id in ipairs(expired) do
         flow_finished(id, 'failed', err, flow[1], flow[2], flow[3], field(f[3], 'result_ttl'),
                       now, maxlen)
       end
-      if not release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index) then
+      if not release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index,
+                             {'attempts', 'stalls'}) then
         retain(job_key, id, failed, field(f[3], 'result_ttl'), now)
       end
       failed_count = failed_count + 1
