@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 import redis
+from test_shell_client import _redis_cli
 
 from conveyor import Queue
 from conveyor.errors import ProtocolVersionError
 from conveyor.integrations.redis_server import RedisProcess
-
-from test_shell_client import _redis_cli
 
 HERE = Path(__file__).parent
 V3_COMMIT = "e813d04"
