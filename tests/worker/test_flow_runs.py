@@ -12,7 +12,7 @@ from conveyor import JobState, Queue
 from conveyor.client.tasks import Tasks
 from conveyor.errors import ConveyorError, JobFailedError
 from conveyor.worker import current_job
-from support.workers import WorkerRunner
+from support.workers import WorkerRunner, wait_until
 
 FAST = {"lease": 3.0, "heartbeat_interval": 0.2}  # the courier drains on every beat
 
@@ -136,3 +136,37 @@ def test_continue_runs_the_parent_at_once_and_remove_forgets_the_child(
     assert sync_queue.wait_result(cont.id, timeout=20) == {
         "results": {}, "failed": ["b"], "ignored": []
     }  # fmt: skip
+
+
+def test_cancelling_a_parent_cancels_its_pending_subtree_in_other_queues(
+    redis_url: str, queue_name: str, sync_queue: Queue, worker_runner: WorkerRunner
+) -> None:
+    parents = Tasks(queue_name, url=redis_url)
+    kids = Tasks("t-" + uuid.uuid4().hex[:12], url=redis_url)
+    ran: list[str] = []
+
+    @parents.task
+    def top(data: None) -> None:
+        ran.append("top")
+
+    @kids.task
+    def leaf(data: int) -> None:
+        ran.append(f"leaf{data}")
+
+    # top <- leaf x 450 (other queue) and top <- top (this queue) <- leaf (other queue)
+    grandchild = leaf.node(-1, id="deep")
+    fan = [leaf.node(n) for n in range(450)]
+    done = sync_queue.enqueue_flow(
+        top.node(None, children=[*fan, top.node(None, children=[grandchild])])
+    )
+    assert sync_queue.cancel(done.id)
+    worker_runner.start(parents, **FAST)  # its courier cancels the subtree, 200 at a time
+    with Queue(kids.queue_name, url=redis_url) as other:
+        wait_until(lambda: sum(other.counts().values()) == 0, timeout=20)
+        assert other.get("deep") is None
+    worker_runner.start(kids, **FAST)
+    assert sync_queue.get(done.children[-1].id) is None
+    assert sync_queue.client.xlen(sync_queue.core.keys.outbox) == 0 or wait_until(
+        lambda: sync_queue.client.xlen(sync_queue.core.keys.outbox) == 0
+    )
+    assert ran == []

@@ -63,7 +63,9 @@ def decode_flow_add(reply: Sequence[Any]) -> list[tuple[str, str]]:
 
 @dataclass(frozen=True, slots=True)
 class HandOff:
-    """One outbox entry: a child's settlement on its way to its parent."""
+    """One outbox entry: a child's settlement on its way to its parent, or
+    (op `cancel`) a cancelled parent of this queue whose children are to be
+    cancelled."""
 
     entry_id: str
     parent: str  # reference
@@ -71,6 +73,7 @@ class HandOff:
     outcome: str  # completed | failed
     payload: str
     policy: str
+    op: str = ""  # '' (a hand-off) | cancel
 
 
 def decode_outbox(entries: Sequence[Any]) -> list[HandOff]:
@@ -84,7 +87,7 @@ def decode_outbox(entries: Sequence[Any]) -> list[HandOff]:
         out.append(
             HandOff(
                 text(entry_id), f.get("parent", ""), f.get("child", ""), f.get("outcome", ""),
-                f.get("payload", ""), f.get("policy", ""),
+                f.get("payload", ""), f.get("policy", ""), f.get("op", ""),
             )
         )  # fmt: skip
     return out

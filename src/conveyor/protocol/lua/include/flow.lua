@@ -107,3 +107,27 @@ local function flow_finished(id, outcome, payload, parent, on_fail, children, tt
     hand_off(parent, flow_queue .. '/' .. id, outcome, payload, on_fail or '', now, maxlen)
   end
 end
+
+-- A node deleted before it settled (cancel, remove; §14.9), while its
+-- record still exists: a parent's pending children are handed to the
+-- outbox to be cancelled in batches by a drainer (pending:<id> becomes
+-- cancelling:<id>), and a child settles as failed towards its own parent,
+-- which so never waits for it.
+local CANCELLED = 'CancelledError: the job was cancelled before it ran'
+local function flow_dropped(job_key, id, state, now, maxlen)
+  if state ~= 'waiting' and state ~= 'delayed' and state ~= 'waiting_children' then
+    return
+  end
+  local f = redis.call('HMGET', job_key, 'parent', 'on_fail', 'children')
+  if f[3] then
+    redis.call('ZREM', base .. 'wchildren', id)
+    local pending = base .. 'pending:' .. id
+    if redis.call('EXISTS', pending) == 1 then
+      redis.call('RENAME', pending, base .. 'cancelling:' .. id)
+      redis.call('XADD', base .. 'outbox', '*', 'op', 'cancel', 'parent', flow_queue .. '/' .. id)
+    end
+  end
+  if f[1] then
+    hand_off(f[1], flow_queue .. '/' .. id, 'failed', CANCELLED, f[2] or '', now, maxlen)
+  end
+end
