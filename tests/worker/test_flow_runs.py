@@ -170,3 +170,56 @@ def test_cancelling_a_parent_cancels_its_pending_subtree_in_other_queues(
         lambda: sync_queue.client.xlen(sync_queue.core.keys.outbox) == 0
     )
     assert ran == []
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+def test_a_step_job_adds_children_and_gives_up_its_slot_until_they_settle(
+    redis_url: str, queue_name: str, sync_queue: Queue, worker_runner: WorkerRunner, kind: str
+) -> None:
+    tasks = Tasks(queue_name, url=redis_url)
+    other = Tasks("t-" + uuid.uuid4().hex[:12], url=redis_url)
+    runs: list[int] = []
+
+    @other.task
+    async def double(n: int) -> int:
+        return 2 * n
+
+    def plan(n: int) -> list[Any]:
+        return [double.node(i) for i in range(n)] + [tasks.handlers["echo"].node(100)]
+
+    @tasks.task
+    async def echo(n: int) -> int:
+        return n
+
+    if kind == "async":
+
+        @tasks.task(name="fan")
+        async def fan_async(n: int) -> int:
+            job = current_job()
+            runs.append(job.attempt)
+            done = await job.children_async()
+            if not done.results:
+                await job.add_children_async(plan(n))
+                await job.wait_for_children_async()
+            return sum(done.results.values())
+    else:
+
+        @tasks.task(name="fan")
+        def fan_sync(n: int) -> int:
+            job = current_job()
+            runs.append(job.attempt)
+            done = job.children()
+            if not done.results:
+                job.add_children(plan(n))
+                job.wait_for_children()
+            return sum(done.results.values())
+
+    job = sync_queue.enqueue("fan", 3)
+    worker_runner.start(tasks, concurrency=1, **FAST)  # one slot: the children need it
+    wait_until(lambda: sync_queue.get(job.id).state is JobState.WAITING_CHILDREN)
+    worker_runner.start(other, **FAST)
+    assert sync_queue.wait_result(job.id, timeout=20) == 0 + 2 + 4 + 100
+    assert runs == [1, 1]  # the wait gave its attempt back: no failure, no stall
+    record = sync_queue.get(job.id)
+    assert (record.attempts, record.failures, record.stalls) == (1, 0, 0)
+    assert sync_queue.children_counts(job.id).processed == 4

@@ -355,9 +355,13 @@ class AsyncQueue:
         changes nothing that exists. Every node is validated first."""
         core = self.core
         plan = FlowPlan(
-            flow, queue=self.name, prefix=core.keys.prefix, specs=core.specs,
+            [flow], queue=self.name, prefix=core.keys.prefix, specs=core.specs,
             events_maxlen=core.settings.events_maxlen, chunk_size=chunk_size,
         )  # fmt: skip
+        return (await self.send_plan(plan))[0]
+
+    async def send_plan(self, plan: FlowPlan) -> list[FlowEnqueued]:
+        """Write a FlowPlan's calls in order, each on its own queue's slot."""
         replies = []
         for flow_call in plan.calls:
             queue = self.peer(flow_call.queue)

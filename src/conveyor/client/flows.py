@@ -78,18 +78,28 @@ class FlowCall:
 
 
 class FlowPlan:
-    """A validated tree, as the flow_add calls that write it top-down: every
-    parent, with its pending children, before any of its children."""
+    """Validated trees, as the flow_add calls that write them top-down: every
+    parent, with its pending children, before any of its children. The roots
+    are a flow's root (`parent` empty) or the children a running job adds to
+    itself (`parent`: its reference)."""
 
     def __init__(
-        self, root: FlowJob, *, queue: str, prefix: str, specs: SpecBuilder, events_maxlen: int,
-        chunk_size: int = 500,
+        self, roots: Sequence[FlowJob], *, queue: str, prefix: str, specs: SpecBuilder,
+        events_maxlen: int, chunk_size: int = 500, parent: str = "",
     ) -> None:  # fmt: skip
+        if type(chunk_size) is not int or chunk_size < 1:
+            raise ValidationError(f"chunk_size must be a positive int, got {chunk_size!r}")
         self._prefix, self._specs, self._maxlen = prefix, specs, events_maxlen
         self._refs: set[str] = set()
-        inherited = dict(root.options).get("result_ttl")
-        self.root = self._plan(root, queue, "", 0, inherited)
+        self.roots = [
+            self._plan(root, queue, parent, 0, dict(root.options).get("result_ttl"))
+            for root in roots
+        ]
         self.calls = self._calls(chunk_size)
+
+    @property
+    def root_refs(self) -> list[str]:
+        return [flows.reference(r.queue, r.args.spec.id) for r in self.roots]
 
     def _plan(
         self, job: FlowJob, default_queue: str, parent: str, depth: int, result_ttl: Any
@@ -121,7 +131,7 @@ class FlowPlan:
 
     def _calls(self, chunk_size: int) -> list[FlowCall]:
         levels: dict[int, dict[str, list[_Node]]] = {}
-        stack = [self.root]
+        stack = list(reversed(self.roots))
         while stack:
             node = stack.pop()
             levels.setdefault(node.depth, {}).setdefault(node.queue, []).append(node)
@@ -136,12 +146,12 @@ class FlowPlan:
                     calls.append(FlowCall(queue, call, chunk))
         return calls
 
-    def result(self, replies: Sequence[Any]) -> FlowEnqueued:
-        """The tree of outcomes, from each call's reply in order."""
+    def result(self, replies: Sequence[Any]) -> list[FlowEnqueued]:
+        """The trees of outcomes, from each call's reply in order."""
         for flow_call, reply in zip(self.calls, replies, strict=True):
             for node, outcome in zip(flow_call.nodes, flows.decode_flow_add(reply), strict=True):
                 node.outcome = outcome
-        return _enqueued(self.root)
+        return [_enqueued(root) for root in self.roots]
 
 
 def _enqueued(node: _Node) -> FlowEnqueued:

@@ -347,7 +347,7 @@ class Queue:
         changes nothing that exists. Every node is validated first."""
         core = self.core
         plan = FlowPlan(
-            flow, queue=self.name, prefix=core.keys.prefix, specs=core.specs,
+            [flow], queue=self.name, prefix=core.keys.prefix, specs=core.specs,
             events_maxlen=core.settings.events_maxlen, chunk_size=chunk_size,
         )  # fmt: skip
         replies = []
@@ -355,7 +355,7 @@ class Queue:
             queue = self.peer(flow_call.queue)
             queue.check()
             replies.append(queue._send_enqueues([flow_call.call])[0])
-        return plan.result(replies)
+        return plan.result(replies)[0]
 
     def children_results(self, job_id: str) -> ChildrenResults:
         """What the children of parent `job_id` left it (see ChildrenResults)."""

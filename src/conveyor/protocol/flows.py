@@ -109,3 +109,18 @@ def flow_settle(keys: QueueKeys, hand_offs: Sequence[HandOff], *, events_maxlen:
 def decode_flow_settle(reply: Sequence[Any]) -> list[str]:
     """Per hand-off: dup | recorded | released | failed."""
     return [text(x) for x in reply]
+
+
+def flow_attach(keys: QueueKeys, job_id: str, token: str, refs: Sequence[str]) -> Call:
+    """A running job adds children (references) to itself, before they are written."""
+    return Call("flow_attach", (keys.base,), (job_id, token, *refs))
+
+
+def flow_wait(keys: QueueKeys, job_id: str, token: str, *, events_maxlen: int) -> Call:
+    """A running job gives up its lease until its children have settled."""
+    return Call(
+        "flow_wait",
+        (keys.base, keys.active, keys.ready, keys.scheduled, keys.marker, keys.events,
+         keys.waiting_children),
+        (job_id, token, events_maxlen),
+    )  # fmt: skip

@@ -35,6 +35,8 @@ SCRIPT_NAMES = (
     "job_log",
     "flow_add",
     "flow_settle",
+    "flow_attach",
+    "flow_wait",
 )
 
 _INCLUDE = "-- @include "

@@ -22,7 +22,6 @@ from typing import Any
 
 from conveyor import serializers
 from conveyor.client.aio import AsyncQueue
-from conveyor.client.flows import ChildrenResults
 from conveyor.client.tasks import Task
 from conveyor.errors import ConnectionLostError
 from conveyor.hooks import Hooks
@@ -31,6 +30,7 @@ from conveyor.protocol import ops
 from conveyor.worker.acks import AckBuffer
 from conveyor.worker.context import JobContext
 from conveyor.worker.execution import Failure, Outcome, Running, Success, execute
+from conveyor.worker.steps import WorkerFlows
 
 log = logging.getLogger("conveyor.worker")
 
@@ -114,6 +114,7 @@ class JobPool:
         self._acks = AckBuffer(queue.runner, queue.core, self._written)
         self._executor = ThreadPoolExecutor(concurrency, thread_name_prefix="conveyor-job")
         self._loop = asyncio.get_running_loop()
+        self._flows = WorkerFlows(queue)
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self, on_died: Callable[[asyncio.Task[None]], None]) -> None:
@@ -156,7 +157,7 @@ class JobPool:
             token=token,
             worker_id=self._worker_id,
             report_progress=self._progress,
-            read_children=self._read_children,
+            flows=self._flows,
             loop=self._loop,
         )
         if self._hooks and claimed.attempts == 1 and claimed.created_at_ms is not None:
@@ -243,9 +244,6 @@ class JobPool:
             if running.scope is not None:
                 running.scope.reschedule(self._loop.time())
             call_hooks(self._hooks.on_lease_lost, running.ctx)
-
-    async def _read_children(self, ctx: JobContext) -> ChildrenResults:
-        return await self._queue.children_results(ctx.id)
 
     def _progress(self, ctx: JobContext, fraction: float) -> None:
         """Write progress from a handler: async handlers go on at once, sync
