@@ -3,6 +3,7 @@
 from conveyor.client import AsyncQueue, Enqueued, JobRequest, Queue, QueueSettings, WorkerInfo
 from conveyor.client.events import Event
 from conveyor.client.flows import ChildrenCounts, ChildrenResults, FlowEnqueued, FlowJob, FlowNode
+from conveyor.client.pipelines import Step
 from conveyor.client.tasks import Task, Tasks
 from conveyor.errors import ConveyorError, PermanentError
 from conveyor.job import Job, JobState
@@ -25,6 +26,7 @@ __all__ = [
     "PermanentError",
     "Queue",
     "QueueSettings",
+    "Step",
     "Task",
     "Tasks",
     "WorkerInfo",

@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Unpack
 
@@ -46,6 +46,7 @@ from conveyor.client.flows import (
     counts_of,
     node_of,
 )
+from conveyor.client.pipelines import PIPELINE_TASK, StepGroup, pipeline_data
 from conveyor.client.transport import AsyncRunner, async_client, translated
 from conveyor.client.wire import AsyncWire
 from conveyor.errors import ConnectionLostError, ConveyorError, WaitTimeoutError
@@ -368,6 +369,24 @@ class AsyncQueue:
             await queue.check()
             replies.append((await queue._send_enqueues([flow_call.call]))[0])
         return plan.result(replies)
+
+    async def enqueue_pipeline(
+        self,
+        steps: Sequence[StepGroup],
+        data: Any = None,
+        *,
+        state: Mapping[str, Any] | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> Enqueued:
+        """Enqueue a pipeline (client/pipelines.py): its steps run one after
+        the other, each in its own queue, a list of steps as a fan-out; each
+        step's job gets the result of the step before as its data (the first:
+        `data`), or with `state`, the shared state mapping, updated by every
+        step's result mapping. Its driver job runs in this queue: its result is
+        the last step's result (a fan-out's: a mapping by step name), or the
+        final state."""
+        spec = pipeline_data(steps, data, state, self.core.specs)
+        return await self.enqueue(PIPELINE_TASK, spec, **options)
 
     async def children_results(self, job_id: str) -> ChildrenResults:
         """What the children of parent `job_id` left it (see ChildrenResults)."""

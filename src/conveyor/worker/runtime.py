@@ -24,6 +24,7 @@ import redis.asyncio
 
 from conveyor.client.aio import AsyncQueue
 from conveyor.client.connection import SOCKET_TIMEOUT, resolve_url, wire_endpoint
+from conveyor.client.pipelines import PIPELINE_TASK
 from conveyor.client.sync import connect as connect_sync
 from conveyor.client.tasks import Task, Tasks
 from conveyor.client.transport import SyncRunner
@@ -36,6 +37,7 @@ from conveyor.timeutil import to_ms
 from conveyor.worker.courier import Courier
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.metrics import MetricsRecorder
+from conveyor.worker.pipelines import drive_pipeline
 from conveyor.worker.pool import JobPool, log_failure
 from conveyor.worker.waiting import Blocker, advance
 
@@ -215,7 +217,9 @@ class Worker:
         """The handlers this worker runs: the tasks, or their failure handlers."""
         if self.settings.failures:
             return self.tasks.failure_handlers
-        return self.tasks.handlers
+        # every worker can drive the pipelines enqueued in its queue
+        driver: Task[Any, Any] = Task(PIPELINE_TASK, drive_pipeline, self.tasks)
+        return {PIPELINE_TASK: driver, **self.tasks.handlers}
 
     def _heartbeat(
         self,
