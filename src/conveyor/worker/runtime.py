@@ -254,7 +254,7 @@ class Worker:
                 "queue": self.tasks.queue_name,
                 "concurrency": self.settings.concurrency,
                 "started_at": self._started,
-                "tasks": sorted(self.handlers),
+                "tasks": sorted(n for n in self.handlers if n != PIPELINE_TASK),
                 "failures": self.settings.failures,
                 "running": self._in_flight,
                 "processed": self.processed,
