@@ -3,6 +3,7 @@ parent's handler, cross-queue hand-offs, failure policies (protocol §14)."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -223,3 +224,29 @@ def test_a_step_job_adds_children_and_gives_up_its_slot_until_they_settle(
     record = sync_queue.get(job.id)
     assert (record.attempts, record.failures, record.stalls) == (1, 0, 0)
     assert sync_queue.children_counts(job.id).processed == 4
+
+
+def test_a_cross_queue_hand_off_is_carried_at_once_not_at_the_next_beat(
+    redis_url: str, queue_name: str, sync_queue: Queue, worker_runner: WorkerRunner
+) -> None:
+    """With the default 30 s lease a beat is 10 s apart: the worker that completed the child
+    drains its outbox right after the acknowledgement instead."""
+    parents, kids = (
+        Tasks(queue_name, url=redis_url),
+        Tasks("t-" + uuid.uuid4().hex[:12], url=redis_url),
+    )
+
+    @parents.task
+    async def top(data: None) -> int:
+        return sum((await current_job().children_async()).results.values())
+
+    @kids.task
+    async def one(data: None) -> int:
+        return 1
+
+    for t in (parents, kids):
+        worker_runner.start(t)  # default lease and heartbeat
+    done = sync_queue.enqueue_flow(top.node(None, children=[one.node(None), one.node(None)]))
+    started = time.monotonic()
+    assert sync_queue.wait_result(done.id, timeout=30) == 2
+    assert time.monotonic() - started < 8  # not a beat (10 s) away

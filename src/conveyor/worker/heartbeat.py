@@ -19,7 +19,6 @@ from conveyor.client.core import QueueCore
 from conveyor.client.transport import SyncRunner
 from conveyor.errors import ConveyorError
 from conveyor.protocol import ops
-from conveyor.worker.courier import Courier
 
 log = logging.getLogger("conveyor.worker")
 
@@ -27,9 +26,8 @@ Leases = Callable[[], list[tuple[str, str]]]
 
 
 class Heartbeat(threading.Thread):
-    """Every `interval` s: renew the held leases, announce the worker, reap
-    expired leases of any worker of the queue, and carry the queue's flow
-    hand-offs to their parents' queues."""
+    """Every `interval` s: renew the held leases, announce the worker, and
+    reap expired leases of any worker of the queue."""
 
     def __init__(
         self,
@@ -45,7 +43,6 @@ class Heartbeat(threading.Thread):
         reap_batch: int = 100,
         on_reaped: Callable[[int, int], None] | None = None,
         after_beat: Callable[[SyncRunner], None] | None = None,
-        courier: Courier | None = None,
     ) -> None:
         super().__init__(name=f"conveyor-heartbeat-{worker_id}", daemon=True)
         self.runner = runner
@@ -59,7 +56,6 @@ class Heartbeat(threading.Thread):
         self.reap_batch = reap_batch
         self.on_reaped = on_reaped  # (recovered, failed) by this worker's reaper
         self.after_beat = after_beat  # e.g. the metrics flush, on the beat's connection
-        self.courier = courier  # carries flow hand-offs to other queues (courier.py)
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -71,8 +67,6 @@ class Heartbeat(threading.Thread):
             try:
                 self.beat()
                 self.reap()
-                if self.courier is not None:
-                    self.courier.drain(self.interval / 4)
                 if self.after_beat is not None:
                     self.after_beat(self.runner)
                 if failures:

@@ -95,6 +95,7 @@ class JobPool:
         lease: float,
         freed: asyncio.Event,
         hooks: Hooks | None = None,
+        on_handed_off: Callable[[], None] | None = None,
     ) -> None:
         self.held: dict[str, Running] = {}
         self.in_flight = 0  # accepted and not finished yet
@@ -111,7 +112,7 @@ class JobPool:
         self._all_done = asyncio.Event()
         self._all_done.set()
         self._inbox = Inbox()
-        self._acks = AckBuffer(queue.runner, queue.core, self._written)
+        self._acks = AckBuffer(queue.runner, queue.core, self._written, on_handed_off)
         self._executor = ThreadPoolExecutor(concurrency, thread_name_prefix="conveyor-job")
         self._loop = asyncio.get_running_loop()
         self._flows = WorkerFlows(queue)

@@ -149,6 +149,12 @@ class Worker:
         own = () if recorder is None else (recorder,)
         hooks = Hooks((*self.tasks.settings.hooks, *self._extra_hooks, *own))
         self._hooks = hooks
+        courier = None
+        if not self.settings.failures:  # a failure lane's jobs have no parents
+            courier = Courier(
+                queue.name, url=self.url, settings=self.tasks.settings,
+                interval=self.settings.beat_every,
+            )  # fmt: skip
         jobs = JobPool(
             queue,
             worker_id=self.id,
@@ -157,23 +163,25 @@ class Worker:
             lease=self.settings.lease,
             freed=self._slot_freed,
             hooks=hooks,
+            on_handed_off=None if courier is None else courier.nudge,
         )
         self._jobs = jobs
         beat_wire = None if endpoint is None else SyncWire(endpoint)
         beat_runner = SyncRunner(sync_client, queue.core.scripts, beat_wire)
-        courier = None
-        if not self.settings.failures:  # a failure lane's jobs have no parents
-            courier = Courier(beat_runner, queue.name, url=self.url, settings=self.tasks.settings)
-        heartbeat = self._heartbeat(beat_runner, jobs, recorder, courier)
+        heartbeat = self._heartbeat(beat_runner, jobs, recorder)
         loop = asyncio.get_running_loop()
         self._install_signals(loop)
         try:
             await self._connect(queue)
             call_hooks(hooks.worker_start, self.id, queue.name)
             heartbeat.start()
+            if courier is not None:
+                courier.start()
             await self._serve(jobs)
         finally:
             heartbeat.stop()
+            if courier is not None:
+                await asyncio.to_thread(courier.stop)
             await jobs.close()
             self._remove_signals(loop)
             with contextlib.suppress(ConveyorError, redis.RedisError, OSError):
@@ -184,8 +192,6 @@ class Worker:
             await self._blocker.close()
             await queue.close()
             sync_client.close()
-            if courier is not None:
-                courier.close()
             if beat_wire is not None:
                 beat_wire.close()
             call_hooks(hooks.worker_stop, self.id, queue.name)
@@ -222,11 +228,7 @@ class Worker:
         return {PIPELINE_TASK: driver, **self.tasks.handlers}
 
     def _heartbeat(
-        self,
-        runner: SyncRunner,
-        jobs: JobPool,
-        recorder: MetricsRecorder | None,
-        courier: Courier | None,
+        self, runner: SyncRunner, jobs: JobPool, recorder: MetricsRecorder | None
     ) -> Heartbeat:
         loop = asyncio.get_running_loop()
         stalled = self._hooks.on_stalled
@@ -243,7 +245,6 @@ class Worker:
                 (lambda r, f: call_hooks(stalled, recovered=r, failed=f)) if stalled else None
             ),
             after_beat=None if recorder is None else recorder.flush,
-            courier=courier,
         )
 
     def _info(self) -> str:

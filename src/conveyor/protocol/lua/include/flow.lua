@@ -98,14 +98,16 @@ end
 
 -- Called by every script that ends a run for good, before retention may
 -- delete the record: `parent`, `on_fail`, `children` are the record's
--- fields (nil or false when absent), `ttl` its result_ttl.
+-- fields (nil or false when absent), `ttl` its result_ttl. Returns
+-- hand_off's result ('sent': written to the outbox), or nil without a parent.
 local function flow_finished(id, outcome, payload, parent, on_fail, children, ttl, now, maxlen)
   if children then
     keep_children(id, ttl)
   end
   if parent then
-    hand_off(parent, flow_queue .. '/' .. id, outcome, payload, on_fail or '', now, maxlen)
+    return hand_off(parent, flow_queue .. '/' .. id, outcome, payload, on_fail or '', now, maxlen)
   end
+  return nil
 end
 
 -- A node deleted before it settled (cancel, remove; §14.9), while its
