@@ -250,3 +250,20 @@ def test_a_cross_queue_hand_off_is_carried_at_once_not_at_the_next_beat(
     started = time.monotonic()
     assert sync_queue.wait_result(done.id, timeout=30) == 2
     assert time.monotonic() - started < 8  # not a beat (10 s) away
+
+
+def test_a_burst_worker_runs_the_parents_its_last_children_release(
+    redis_url: str, queue_name: str, sync_queue: Queue, worker_runner: WorkerRunner
+) -> None:
+    tasks = Tasks(queue_name, url=redis_url)
+
+    @tasks.task
+    async def noop(data: None) -> None:
+        return None
+
+    done = sync_queue.enqueue_flow(noop.node(None, children=[noop.node(None) for _ in range(30)]))
+    handle = worker_runner.start(tasks, burst=True, concurrency=8)
+    handle.thread.join(30)
+    assert not handle.thread.is_alive()
+    job = sync_queue.get(done.id)
+    assert job is not None and job.state is JobState.COMPLETED

@@ -130,20 +130,32 @@ class FlowPlan:
         return _Node(queue, flows.FlowNodeArgs(spec, parent, on_fail, refs), depth, children)
 
     def _calls(self, chunk_size: int) -> list[FlowCall]:
+        """Level by level, each level's nodes by queue. Consecutive levels
+        that are all in one queue go together (a parent still before its
+        children within the call): a tree in one queue is one call."""
         levels: dict[int, dict[str, list[_Node]]] = {}
         stack = list(reversed(self.roots))
         while stack:
             node = stack.pop()
             levels.setdefault(node.depth, {}).setdefault(node.queue, []).append(node)
             stack.extend(reversed(node.children))
-        calls = []
+        groups: list[tuple[str, list[_Node]]] = []
+        alone = False  # the last group is a whole level in one queue
         for depth in sorted(levels):
-            for queue, nodes in levels[depth].items():
-                keys = QueueKeys(self._prefix, queue)
-                for i in range(0, len(nodes), chunk_size):
-                    chunk = tuple(nodes[i : i + chunk_size])
-                    call = flows.flow_add(keys, [n.args for n in chunk], events_maxlen=self._maxlen)
-                    calls.append(FlowCall(queue, call, chunk))
+            by_queue = levels[depth]
+            single = len(by_queue) == 1
+            if single and alone and next(iter(by_queue)) == groups[-1][0]:
+                groups[-1][1].extend(next(iter(by_queue.values())))
+            else:
+                groups.extend(by_queue.items())
+            alone = single
+        calls = []
+        for queue, nodes in groups:
+            keys = QueueKeys(self._prefix, queue)
+            for i in range(0, len(nodes), chunk_size):
+                chunk = tuple(nodes[i : i + chunk_size])
+                call = flows.flow_add(keys, [n.args for n in chunk], events_maxlen=self._maxlen)
+                calls.append(FlowCall(queue, call, chunk))
         return calls
 
     def result(self, replies: Sequence[Any]) -> list[FlowEnqueued]:

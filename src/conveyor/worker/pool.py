@@ -131,6 +131,10 @@ class JobPool:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._executor.shutdown(wait=False, cancel_futures=True)
 
+    async def outcomes_written(self) -> None:
+        """Wait until every outcome handed to the ack writer is in Redis."""
+        await self._acks.drained()
+
     def leases(self) -> list[tuple[str, str]]:
         """(job id, token) of every lease held; read by the heartbeat thread."""
         return [(i, r.ctx.token) for i, r in list(self.held.items())]

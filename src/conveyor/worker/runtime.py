@@ -328,6 +328,11 @@ class Worker:
                 await self._until_idle()
                 continue
             if self.settings.burst and self._drained(reply):
+                if self._jobs is not None and self._jobs.held:
+                    # outcomes still to be written may make a flow's parent ready: write
+                    # them, then claim again
+                    await self._jobs.outcomes_written()
+                    continue
                 return
             await self._wait_for_work(reply)
 
