@@ -117,3 +117,9 @@ def test_a_tree_in_one_queue_is_one_call_and_crossing_queues_orders_the_calls() 
     )  # fmt: skip
     # depth 1 holds queues a and b: the a-child at depth 2 must wait for its b-parent
     assert plan(mixed) == [("a", 1), ("b", 1), ("a", 1), ("a", 1)]
+
+
+def test_parents_waiting_for_children_are_counted_and_listed(queue: Any) -> None:
+    done = queue.enqueue_flow(FlowJob(task="p", children=[FlowJob(task="c")]))
+    assert queue.counts()[JobState.WAITING_CHILDREN] == 1
+    assert queue.job_ids(JobState.WAITING_CHILDREN) == [done.id]

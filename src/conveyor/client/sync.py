@@ -354,12 +354,16 @@ class Queue:
             [flow], queue=self.name, prefix=core.keys.prefix, specs=core.specs,
             events_maxlen=core.settings.events_maxlen, chunk_size=chunk_size,
         )  # fmt: skip
+        return self.send_plan(plan)[0]
+
+    def send_plan(self, plan: FlowPlan) -> list[FlowEnqueued]:
+        """Write a FlowPlan's calls in order, each on its own queue's slot."""
         replies = []
         for flow_call in plan.calls:
             queue = self.peer(flow_call.queue)
             queue.check()
             replies.append(queue._send_enqueues([flow_call.call])[0])
-        return plan.result(replies)[0]
+        return plan.result(replies)
 
     def enqueue_pipeline(
         self,
