@@ -50,3 +50,17 @@ def test_a_lost_lease_changes_nothing(q: Proto) -> None:
     assert wait(q, "s", "stale") == "lost"
     assert q.snapshot("s") == before
     assert q.r.exists(q.keys.children("s"), q.keys.pending("s")) == 0
+
+
+def test_a_child_that_fails_while_its_parent_runs_fails_it_at_its_wait(q: Proto) -> None:
+    q.start("s")
+    attach(q, "s", "tok", ref(q, "a"), ref(q, "b"))
+    add(q, node(q, "a", parent=ref(q, "s")), node(q, "b", parent=ref(q, "s"), on_fail="ignore"))
+    assert q.claimed_ids(token="t2") == ["a"]
+    assert q.fail("a", "t2", "no disk", permanent=True) == "failed"
+    assert q.stored("s")["state"] == "active"  # recorded: the run goes on
+    assert wait(q, "s") == "failed"
+    s = q.stored("s")
+    assert s["state"] == "failed"
+    assert s["error"] == f"ChildFailedError: child {ref(q, 'a')} failed: no disk"
+    assert q.score(q.keys.active, "s") is None and q.score(q.keys.failed, "s") is not None

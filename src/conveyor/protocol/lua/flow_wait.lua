@@ -15,7 +15,9 @@
 --
 -- Returns: 'waiting_children' (children still pending: the job waits, as a
 -- parent of a flow) | 'waiting' (none pending: back in ready at its place,
--- to run again at once) | 'lost' (not active with this token: nothing changes).
+-- to run again at once) | 'failed' (a child failed under `fail` while the
+-- job ran, field child_failed: the job fails for good as flow_settle fails a
+-- parent) | 'lost' (not active with this token: nothing changes).
 --
 -- Effects: the run ends without an outcome: the job leaves `active`, its
 -- group's slot is freed, `attempts` - 1 (the run neither failed nor
@@ -29,18 +31,25 @@
 -- @include upsert
 -- @include place
 -- @include finish
+-- @include flow
 
 local active, ready, scheduled, marker = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local events, wchildren = KEYS[6], KEYS[7]
 local id, token, maxlen = ARGV[1], ARGV[2], ARGV[3]
 local now = now_ms()
 local job_key = base .. 'job:' .. id
-local f = redis.call('HMGET', job_key, 'state', 'token', 'attempts')
+local f = redis.call('HMGET', job_key, 'state', 'token', 'attempts', 'child_failed')
 if f[1] ~= 'active' or f[2] ~= token then
   return 'lost'
 end
 redis.call('ZREM', active, id)
 end_run(job_key, marker)
+if f[4] then  -- a child failed under `fail` while this run went on: the job fails now
+  local newline = string.find(f[4], '\n', 1, true) or (#f[4] + 1)
+  fail_parent(job_key, id, string.sub(f[4], 1, newline - 1), string.sub(f[4], newline + 1), now,
+              maxlen)
+  return 'failed'
+end
 redis.call('HSET', job_key, 'attempts', math.max(0, field(f[3], 'attempts') - 1))
 local pending = redis.call('SCARD', base .. 'pending:' .. id)
 if pending > 0 then

@@ -67,10 +67,15 @@ settle = function(id, child, outcome, payload, policy, now, maxlen)
   end
   local job_key = base .. 'job:' .. id
   local f = redis.call('HMGET', job_key, 'state', 'run_at', 'created_at')
+  local fails_parent = failed and (policy == 'fail' or policy == '')
+  if f[1] == 'active' and fails_parent and redis.call('HEXISTS', job_key, 'child_failed') == 0 then
+    -- a step job (§14.10): it fails when it gives up its lease to wait
+    redis.call('HSET', job_key, 'child_failed', child .. '\n' .. payload)
+  end
   if f[1] ~= 'waiting_children' then
     return 'recorded'
   end
-  if failed and (policy == 'fail' or policy == '') then
+  if fails_parent then
     fail_parent(job_key, id, child, payload, now, maxlen)
     return 'failed'
   end
