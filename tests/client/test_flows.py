@@ -123,3 +123,12 @@ def test_parents_waiting_for_children_are_counted_and_listed(queue: Any) -> None
     done = queue.enqueue_flow(FlowJob(task="p", children=[FlowJob(task="c")]))
     assert queue.counts()[JobState.WAITING_CHILDREN] == 1
     assert queue.job_ids(JobState.WAITING_CHILDREN) == [done.id]
+
+
+def test_a_node_s_record_names_its_parent_policy_and_children(queue: Any) -> None:
+    done = queue.enqueue_flow(
+        FlowJob(task="p", children=[FlowJob(task="c", on_fail="ignore"), FlowJob(task="c")])
+    )
+    parent, child = queue.get(done.id), queue.get(done.children[0].id)
+    assert (parent.parent, parent.children) == (None, 2)
+    assert (child.parent, child.on_fail, child.children) == (done.ref, "ignore", 0)
