@@ -101,7 +101,7 @@ class JobPool:
         self._handlers = handlers
         self._concurrency = concurrency
         self._lease = lease
-        self._freed = freed  # set whenever a job finishes
+        self._freed = freed  # set whenever a job finishes or a lease is let go
         self._all_done = asyncio.Event()
         self._all_done.set()
         self._inbox = Inbox()
@@ -126,6 +126,19 @@ class JobPool:
     def leases(self) -> list[tuple[str, str]]:
         """(job id, token) of every lease held; read by the heartbeat thread."""
         return [(i, r.ctx.token) for i, r in list(self.held.items())]
+
+    @property
+    def holding(self) -> int:
+        """Leases held: claimed, running, or finished and awaiting their
+        acknowledgement. The worker claims only while this is below its
+        concurrency, so a worker that dies takes at most `concurrency` jobs
+        with it (docs/reliability.md G3)."""
+        return len(self.held)
+
+    def _drop(self, job_id: str) -> None:
+        """Stop holding a lease: a slot is free for the next claim."""
+        if self.held.pop(job_id, None) is not None:
+            self._freed.set()
 
     # --- running ---------------------------------------------------------------------
 
@@ -172,7 +185,7 @@ class JobPool:
                         running.ended = True
                         self._acks.add(running.ctx.id, running.ctx.token, outcome)
                         continue
-                self.held.pop(running.ctx.id, None)
+                self._drop(running.ctx.id)
             finally:
                 self.in_flight -= 1
                 self._freed.set()
@@ -181,7 +194,7 @@ class JobPool:
 
     def _written(self, job_id: str, what: str) -> None:
         """An outcome reached Redis (or was given up): stop holding the lease."""
-        self.held.pop(job_id, None)
+        self._drop(job_id)
         if what == "lost":
             log.warning("job %s: lease lost before its outcome was written; discarded", job_id)
         elif what == "failed":
@@ -262,7 +275,7 @@ class JobPool:
                 "could not give back %d job(s) (%s): they return on lease expiry", len(leases), exc
             )
         for job_id, _, _ in leases:
-            self.held.pop(job_id, None)
+            self._drop(job_id)
         log.info("gave back %d unfinished job(s)", len(leases))
 
 

@@ -242,7 +242,9 @@ class Worker:
 
     @property
     def _in_flight(self) -> int:
-        return 0 if self._jobs is None else self._jobs.in_flight
+        """Leases held here (claimed, running or awaiting acknowledgement):
+        what claims are bounded by, and what `alone` and idleness mean."""
+        return 0 if self._jobs is None else self._jobs.holding
 
     def _died(self, task: asyncio.Task[Any]) -> None:
         """A runner or the ack writer must never end on its own: if one does,
