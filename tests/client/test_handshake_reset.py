@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-
 from chaos.proxy import FaultProxy
+
 from conveyor import AsyncQueue, Queue
 from conveyor.errors import ConnectionLostError
 
