@@ -20,8 +20,7 @@ end
 -- Lookup by property: a job enqueued with index entries ("field:value"
 -- lines, kept in its `idx` field) is listed in `idx:<field>:<value>` (zset
 -- by created_at). Deleting a record must take it out of those first.
-local function unindex(job_key, id)
-  local entries = redis.call('HGET', job_key, 'idx')
+local function unindex(id, entries)
   if entries then
     for line in string.gmatch(entries, '[^\n]+') do
       redis.call('ZREM', base .. 'idx:' .. line, id)
@@ -29,9 +28,16 @@ local function unindex(job_key, id)
   end
 end
 
+-- A job's own log (job_log.lua) lives and dies with its record; a flow parent
+-- (field `children`) takes its dependency keys with it (§14.8).
 local function delete_job(job_key, id)
-  unindex(job_key, id)
-  redis.call('DEL', job_key)
+  local f = redis.call('HMGET', job_key, 'idx', 'children')
+  unindex(id, f[1])
+  if f[2] then
+    redis.call('DEL', base .. 'children:' .. id, base .. 'pending:' .. id,
+               base .. 'processed:' .. id, base .. 'ignored:' .. id, base .. 'cfailed:' .. id)
+  end
+  redis.call('DEL', job_key, base .. 'log:' .. id)
 end
 
 -- The record outlives its index entry by this much, so that a sweep (not
@@ -47,6 +53,7 @@ local function retain(job_key, id, index, ttl, now)
   else
     redis.call('ZADD', index, now + ttl, id)
     redis.call('PEXPIRE', job_key, ttl + EXPIRY_GRACE)
+    redis.call('PEXPIRE', base .. 'log:' .. id, ttl + EXPIRY_GRACE)
   end
 end
 
