@@ -5,10 +5,10 @@ even for an id that was enqueued again while it ran (issue 15)."""
 from __future__ import annotations
 
 import redis
-from chaos_support import ROOT  # noqa: F401  (puts chaos/ on the path)
-
 from chaos.checker import tally
 from chaos.ledger import Entry
+from chaos_support import ROOT  # noqa: F401  (puts chaos/ on the path)
+
 from conveyor.protocol.keys import QueueKeys
 
 
