@@ -247,6 +247,9 @@ class Result:
     unexpected: int = 0
     kills: int = 0
     max_recovery_s: float | None = None
+    # the documented bound on `lost` where some loss is allowed (scenario 7), else None
+    # (then the bound is 0): a reader of latest.json tells a pass from a loss without the docs
+    lost_bound: int | None = None
     checks: list[Check] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
@@ -285,6 +288,7 @@ class Result:
             "max_recovery_s": None
             if self.max_recovery_s is None
             else round(self.max_recovery_s, 3),
+            "lost_bound": 0 if self.lost_bound is None else self.lost_bound,
             "passed": self.passed,
             "scale": self.scale,
             "seconds": round(self.seconds, 1),
