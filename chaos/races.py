@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import queue as queue_module
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,13 +47,14 @@ def _racer(
         barrier.wait(60)
         for _ in range(rounds):
             for job_id in ids:
+                sent = time.monotonic()
                 try:
                     outcome = client.enqueue("work", data, id=job_id).outcome
                 except Exception as exc:  # reported, never raised in a racer
                     outcomes.append(f"error {type(exc).__name__}")
                     continue
-                if book is not None:
-                    book.record("enq", job_id, 0, outcome)
+                if book is not None:  # extra: the outcome and when the call was sent
+                    book.record("enq", job_id, 0, f"{outcome} {sent:.6f}")
                 outcomes.append(outcome)
     finally:
         out.put(outcomes)
