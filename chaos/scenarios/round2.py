@@ -338,6 +338,7 @@ class OomKiller(threading.Thread):
         self.scene, self.pools, self.limit = scene, pools, limit_mb << 20
         self.kills: list[tuple[int, int]] = []  # (pid, resident bytes)
         self._halt = threading.Event()
+        self._killed: set[int] = set()  # a killed process lingers until reaped: kill it once
         self._page = os.sysconf("SC_PAGE_SIZE")
 
     def run(self) -> None:
@@ -349,7 +350,8 @@ class OomKiller(threading.Thread):
                             resident = int(statm.read().split()[1]) * self._page
                     except (OSError, ValueError, IndexError):
                         continue
-                    if resident > self.limit:
+                    if resident > self.limit and proc.pid not in self._killed:
+                        self._killed.add(proc.pid)
                         self.scene.ledger.record("kill", "oom", 0, "SIGKILL", pid=proc.pid)
                         proc.signal(signal.SIGKILL)
                         self.kills.append((proc.pid, resident))
@@ -372,8 +374,10 @@ def _hog_phase(
 ) -> dict[str, Any]:
     queue = pool.queue
     producer = scene.producer(pool.url, queue=queue)
-    hog = Enqueue("hog", "work", {"eat_mb": 1024}, {"priority": "high", "max_stalls": max_stalls})
-    others = [Enqueue(f"n{i:02d}", "work", {"s": 0.5}) for i in range(innocents)]
+    # ids name their queue: the ledger of the two phases is one file
+    hog = Enqueue(f"{queue}-hog", "work", {"eat_mb": 1024},
+                  {"priority": "high", "max_stalls": max_stalls})  # fmt: skip
+    others = [Enqueue(f"{queue}-n{i:02d}", "work", {"s": 0.5}) for i in range(innocents)]
     producer.send_until_acked([hog, *others], 10)
     client = admin(pool.url, queue)
     keys = QueueKeys("conveyor", queue)
@@ -395,7 +399,7 @@ def _hog_phase(
             break
         time.sleep(0.1)
     entries = list(ledger.read(scene.ledger_path))
-    ids = ["hog", *(o.id for o in others)]
+    ids = [hog.id, *(o.id for o in others)]
     t = tally(entries, client, queue, ids=ids)
     r.absorb(t)
     pids = {p.pid for p in pool.all_procs}
@@ -412,12 +416,12 @@ def _hog_phase(
         ]  # fmt: skip
         if victims:
             took_down[kill.pid] = victims
-    hog_view = t.view["hog"]
-    hog_runs = sorted(t.starts.get("hog", []), key=lambda e: e.mono)
+    hog_view = t.view[hog.id]
+    hog_runs = sorted(t.starts.get(hog.id, []), key=lambda e: e.mono)
     r.check(f"{label}: the hog was killed for its memory", kills, len(kills))
     r.check(
         f"{label}: the hog never ate its whole ration (every run was killed first)",
-        "MemoryError" not in (hog_view.error or "") and not t.finishes.get("hog"),
+        "MemoryError" not in (hog_view.error or "") and not t.finishes.get(hog.id),
         hog_view.error,
     )
     r.check(
