@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections import Counter
 from typing import Any
 
@@ -375,24 +376,33 @@ def _hog_phase(
     queue = pool.queue
     producer = scene.producer(pool.url, queue=queue)
     # ids name their queue: the ledger of the two phases is one file
-    hog = Enqueue(f"{queue}-hog", "work", {"eat_mb": 1024},
-                  {"priority": "high", "max_stalls": max_stalls})  # fmt: skip
+    # the hog queues behind some jobs and ahead of others that keep coming: each of its runs
+    # finds neighbours to take down unless it runs alone (the victims of its first run, now
+    # suspects themselves, go first: they run alone, at their old place)
+    hog = Enqueue(f"{queue}-hog", "work", {"eat_mb": 1024}, {"max_stalls": max_stalls})
     others = [Enqueue(f"{queue}-n{i:02d}", "work", {"s": 0.5}) for i in range(innocents)]
-    producer.send_until_acked([hog, *others], 10)
+    producer.send_until_acked([*others, hog], 10)
     client = admin(pool.url, queue)
     keys = QueueKeys("conveyor", queue)
-    done = drained(client, queue, 1 + innocents)
+
+    def done() -> bool:
+        return drained(client, queue, 1 + len(others))()
+
     limit = (max_stalls + 1) * (lease * 4 / 3 + 4) + reenqueue_s + 30
     t0 = time.monotonic()
     sent: Counter[str] = Counter()
-    for _ in range(int(limit / 0.1) + 1):
+    feed_s = max(reenqueue_s, 4.0)  # other jobs keep coming: every hog run has neighbours
+    for n in range(int(limit / 0.1) + 1):
         pool.respawn_dead()  # a supervisor
         elapsed = time.monotonic() - t0
+        if elapsed < feed_s and n % 3 == 0:
+            late = Enqueue(f"{queue}-m{n:04d}", "work", {"s": 0.5})
+            if producer.send([late]):
+                others.append(late)
         if reenqueue_s and elapsed < reenqueue_s:  # the producer keeps asking for it
             try:
-                sent[
-                    producer.queue.enqueue(hog.task, hog.data, id="hog", **hog.options).outcome
-                ] += 1
+                again = producer.queue.enqueue(hog.task, hog.data, id=hog.id, **hog.options)
+                sent[again.outcome] += 1
             except ConveyorError as exc:
                 sent[type(exc).__name__] += 1
         elif done() or elapsed > limit:
@@ -444,7 +454,13 @@ def _hog_phase(
         all(run.attempt >= 2 for run in hog_runs[1:]),
         [run.attempt for run in hog_runs],
     )
+    trail = [
+        f"{raw.get(b'event', b'').decode()}:{raw.get(b'stalls', raw.get(b'attempt', b'')).decode()}"
+        for _, raw in client.xrange(keys.events, count=10_000)
+        if raw.get(b"id", b"").decode() == hog.id
+    ]
     return {
+        "hog_events": trail,
         "hog_runs": len(hog_runs),
         "oom_kills": len(kills),
         "kills_that_took_others_down": len(took_down),
@@ -476,14 +492,20 @@ def memory_hog(
     killer = OomKiller(scene, [alone, pushed], limit_mb)
     killer.start()
     out: dict[str, dict[str, Any]] = {}
+
+    def phase(name: str, pool: WorkerPool, label: str, again_s: float) -> None:
+        try:
+            out[name] = _hog_phase(
+                scene, r, pool, label=label, lease=lease, max_stalls=max_stalls,
+                innocents=innocents, reenqueue_s=again_s,
+            )  # fmt: skip
+        except Exception:
+            r.check(f"{label}: the phase ran", False, traceback.format_exc()[-2000:])
+
     phases = [
-        threading.Thread(target=lambda: out.__setitem__("alone", _hog_phase(
-            scene, r, alone, label="no re-enqueue", lease=lease, max_stalls=max_stalls,
-            innocents=innocents, reenqueue_s=0.0))),
-        threading.Thread(target=lambda: out.__setitem__("re-enqueued", _hog_phase(
-            scene, r, pushed, label="re-enqueued", lease=lease, max_stalls=max_stalls,
-            innocents=innocents, reenqueue_s=reenqueue_s))),
-    ]  # fmt: skip
+        threading.Thread(target=phase, args=("alone", alone, "no re-enqueue", 0.0)),
+        threading.Thread(target=phase, args=("re-enqueued", pushed, "re-enqueued", reenqueue_s)),
+    ]
     for phase in phases:
         phase.start()
     for phase in phases:
