@@ -79,7 +79,8 @@ def _aof_kill(
         if e.kind == "enq" and producer.sent_at.get(e.id, e.mono) <= killed_at
     }
     span = LOSS_WINDOW_S[fsync]
-    window_ids = {i for i, acked in old_server.items() if acked >= killed_at - span}
+    # (span 0, `always`: none; an ack recorded just after the kill was still fsynced first)
+    window_ids = {i for i, acked in old_server.items() if span and acked >= killed_at - span}
     lost_in_window = sorted(set(t.lost) & window_ids)
     lost_elsewhere = sorted(set(t.lost) - window_ids)
     r.absorb(t)

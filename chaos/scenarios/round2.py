@@ -256,7 +256,7 @@ def producer_killed(
     "Redis SIGKILLed and restarted on its files again and again (AOF always) under 4 workers "
     "and a live producer: nothing acknowledged lost",
     full=dict(jobs=6_000, window=24.0, restarts=8, lease=2.0, concurrency=8),
-    bounded=dict(jobs=1_000, window=6.0, restarts=3, lease=2.0, concurrency=4),
+    bounded=dict(jobs=600, window=4.0, restarts=2, lease=2.0, concurrency=4),
 )
 def redis_restarts(
     scene: Scene, *, jobs: int, window: float, restarts: int, lease: float, concurrency: int

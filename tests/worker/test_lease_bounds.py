@@ -60,12 +60,12 @@ def test_a_worker_never_holds_more_leases_than_its_concurrency(
     producer = Queue(queue_name, url=f"redis://127.0.0.1:{proxy.upstream_port}/0")
     keys = producer.core.keys
     sampler = Sampler(lambda: redis_client.zcard(keys.active))
-    producer.enqueue_many([("quick", n) for n in range(300)])
+    producer.enqueue_many([("quick", n) for n in range(200)])
     runner = WorkerRunner(proxy.url)
     sampler.start()
     try:
         runner.start(tasks, concurrency=4, lease=10)
-        wait_until(lambda: len(done) == 300, timeout=120)
+        wait_until(lambda: len(done) == 200, timeout=120)
         wait_until(lambda: redis_client.zcard(keys.active) == 0, timeout=30)
     finally:
         sampler.stop()
@@ -91,7 +91,7 @@ def test_heartbeats_keep_their_cadence_under_latency(
     sampler = Sampler(lambda: redis_client.zscore(worker_key, handle.worker.id))
     sampler.start()
     try:
-        wait_until(lambda: len({v for _, v in sampler.samples if v is not None}) >= 10, 60)
+        wait_until(lambda: len({v for _, v in sampler.samples if v is not None}) >= 9, 60)
     finally:
         sampler.stop()
         runner.stop_all()
@@ -102,6 +102,6 @@ def test_heartbeats_keep_their_cadence_under_latency(
             beats.append(at)
             last = value
     gaps = [b - a for a, b in zip(beats[1:], beats[2:], strict=False)]  # the first may be partial
-    assert len(gaps) >= 7
+    assert len(gaps) >= 6
     assert statistics.median(gaps) < 0.65, f"beats every {statistics.median(gaps):.2f} s: {gaps}"
     assert max(gaps) < 1.0, gaps  # a lease of 1.5 s keeps a margin of at least half a lease
