@@ -69,13 +69,18 @@ class Queue:
         resolved = None if client is not None else resolve_url(url)
         # on a cluster, every connection goes to the master of the queue's slot
         self.route = None if resolved is None else slot_route(resolved, self.core.keys)
-        self.client = client if client is not None else connect(resolved, route=self.route)
+        self._client = client if client is not None else connect(resolved, route=self.route)
         # scripts go over the lean wire when we made the connection ourselves
         endpoint = None if resolved is None else wire_endpoint(resolved, self.route)
         self._wire = None if endpoint is None else SyncWire(endpoint)
-        self._runner = SyncRunner(self.client, self.core.scripts, self._wire)
+        self._runner = SyncRunner(self._client, self.core.scripts, self._wire)
         self._checked = False
-        self._pool_options = self.client.connection_pool.connection_kwargs
+        self._pool_options = self._client.connection_pool.connection_kwargs
+
+    @property
+    def client(self) -> redis.Redis:
+        """The redis-py client."""
+        return self._client
 
     @property
     def name(self) -> str:
