@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Iterable
 from datetime import timedelta
 from typing import Any, Unpack
@@ -33,6 +32,7 @@ from conveyor.client.core import (
 )
 from conveyor.client.events import Event, decode_events
 from conveyor.client.transport import AsyncRunner, async_client, translated
+from conveyor.client.waits import AsyncWaits
 from conveyor.client.wire import AsyncWire
 from conveyor.errors import (
     ConfigurationError,
@@ -47,15 +47,17 @@ from conveyor.protocol.keys import PROTOCOL_VERSION
 log = logging.getLogger("conveyor")
 
 
-def connect(url: str | None = None, *, route: SlotRoute | None = None) -> redis.asyncio.Redis:
+def connect(
+    url: str | None = None, *, route: SlotRoute | None = None, max_connections: int = 100
+) -> redis.asyncio.Redis:
     """A redis-py client for `url` (or the environment), bytes replies; on a
     cluster, connected to the master of `route`'s slot."""
     resolved = resolve_url(url)
-    return async_client(resolved, needs_route(resolved, route))
+    return async_client(resolved, needs_route(resolved, route), max_connections=max_connections)
 
 
 async def _closed_with_the_loop(
-    wire: AsyncWire | None, client: redis.asyncio.Redis | None
+    waits: AsyncWaits, wire: AsyncWire | None, client: redis.asyncio.Redis | None
 ) -> AsyncIterator[None]:
     """Parked at its yield on the loop the connections were made on; the
     loop closes it as it shuts down (asyncio.run, anyio: shutdown_asyncgens),
@@ -63,6 +65,7 @@ async def _closed_with_the_loop(
     try:
         yield
     finally:
+        await waits.close()
         if wire is not None:
             await wire.close()
         if client is not None:
@@ -95,7 +98,13 @@ class AsyncQueue:
         self._url = None if client is not None else resolve_url(url)
         # on a cluster, every connection goes to the master of the queue's slot
         self.route = None if self._url is None else slot_route(self._url, self.core.keys)
-        self._client = client if client is not None else connect(self._url, route=self.route)
+        self._client = (
+            client
+            if client is not None
+            else connect(
+                self._url, route=self.route, max_connections=self.core.settings.max_connections
+            )
+        )
         self._wire: AsyncWire | None = None
         self._runner = self._connections()
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop it is used on
@@ -108,6 +117,7 @@ class AsyncQueue:
         """The lean wire (when we make the connections ourselves) and the runner."""
         endpoint = None if self._url is None else wire_endpoint(self._url, self.route)
         self._wire = None if endpoint is None else AsyncWire(endpoint)
+        self._waits = AsyncWaits(self._client, self.core.keys, self._done_element)
         return AsyncRunner(self._client, self.core.scripts, self._wire)
 
     @property
@@ -139,11 +149,13 @@ class AsyncQueue:
                     f"{self!r} was given a client made for an event loop that has stopped: "
                     "make the client (or the AsyncQueue, with url=...) on the running loop"
                 )
-            self._client = connect(self._url, route=self.route)
+            self._client = connect(
+                self._url, route=self.route, max_connections=self.core.settings.max_connections
+            )
             self._runner = self._connections()
         self._loop = loop
         owned = self._client if self._owns_client else None
-        self._closer = _closed_with_the_loop(self._wire, owned)
+        self._closer = _closed_with_the_loop(self._waits, self._wire, owned)
         self._closer_start = loop.create_task(_start(self._closer))
 
     @property
@@ -164,6 +176,7 @@ class AsyncQueue:
 
     async def close(self) -> None:
         self._follow_loop()  # the connections of a stopped loop are abandoned, not closed
+        await self._waits.close()
         if self._wire is not None:
             await self._wire.close()
         if self._owns_client:
@@ -473,20 +486,23 @@ class AsyncQueue:
                 after = event.stream_id
                 yield event
 
+    async def _done_element(self, job_id: str) -> Any:
+        """The element of done:<id>, if any (LINDEX: it stays for every waiter)."""
+        key = self.core.keys.done(job_id)
+        with translated():
+            if self._wire is not None:
+                return await self._wire.call("LINDEX", key, -1)
+            return await self._client.lindex(key, -1)
+
     async def wait_result(self, job_id: str, *, timeout: float) -> Any:
         """Block on Redis until the job finishes; its result, or JobFailedError,
         JobNotFoundError, or WaitTimeoutError after `timeout` seconds."""
         reply = ops.decode_await(await self.runner.run(self.core.await_call(job_id)))
-        deadline = time.monotonic() + timeout
-        done_key = self.core.keys.done(job_id)
-        while reply.state == "pending":
-            left = deadline - time.monotonic()
-            if left <= 0:
+        if reply.state == "pending":
+            # every wait of this client shares one blocking connection (waits.py)
+            self._follow_loop()
+            element = await self._waits.wait(job_id, timeout)
+            if element is None:
                 raise WaitTimeoutError(f"job {job_id!r} did not finish within {timeout} s")
-            with translated():
-                # redis-py types the timeout as int; Redis takes decimal seconds
-                block: Any = block_slice(self._pool_options, left)
-                element = await self.client.blmove(done_key, done_key, block, "RIGHT", "LEFT")
-            if element is not None:
-                reply = ops.decode_done(element)
+            reply = ops.decode_done(element)
         return self.core.outcome(job_id, reply)

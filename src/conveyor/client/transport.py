@@ -50,12 +50,23 @@ def translate(exc: Exception) -> ConveyorError | None:
         return OutOfMemoryError(f"Redis is out of memory (maxmemory reached): {exc}")
     if isinstance(exc, rx.NoPermissionError) or "NOPERM" in str(exc):
         return ConfigurationError(f"the Redis user lacks a permission: {exc}")
+    if _pool_exhausted(exc):
+        return ConnectionLostError(
+            f"{exc}: every connection of the client's pool is in use (nothing was sent); "
+            "raise QueueSettings(max_connections=...) or run fewer calls at once"
+        )
     if isinstance(exc, rx.ConnectionError | rx.TimeoutError):
         message = str(exc)
         if "connecting" in message or "refused" in message.lower():
             return ConnectionLostError(f"cannot reach Redis: {message}")
         return UncertainWriteError(f"lost the connection to Redis mid-command: {message}")
     return None
+
+
+def _pool_exhausted(exc: Exception) -> bool:
+    """redis-py's pool refused to open one more connection: raised before
+    anything is written (a MaxConnectionsError on redis-py 6+)."""
+    return isinstance(exc, rx.ConnectionError) and str(exc) == "Too many connections"
 
 
 _REFUSED = (rx.AuthenticationError, rx.AuthorizationError, HandshakeError)
