@@ -83,7 +83,8 @@ def _handshake(connection: Any) -> None:
         pass
     except _REFUSED:  # credentials refused: a reply, not a broken handshake
         raise
-    except (rx.ConnectionError, rx.TimeoutError) as exc:
+    except (rx.ConnectionError, rx.TimeoutError, rx.InvalidResponse) as exc:
+        # InvalidResponse: the port answered, but not in RESP (not Redis)
         raise handshake_error(connection._host_error(), exc) from exc
 
 
@@ -96,7 +97,7 @@ async def _handshake_async(connection: Any) -> None:
         pass
     except _REFUSED:
         raise
-    except (rx.ConnectionError, rx.TimeoutError) as exc:
+    except (rx.ConnectionError, rx.TimeoutError, rx.InvalidResponse) as exc:
         raise handshake_error(connection._host_error(), exc) from exc
 
 

@@ -140,6 +140,10 @@ class JobPool:
         problem, data = None, None
         if handler is None:
             problem = f"UnknownTaskError: no task {claimed.task!r} in this worker"
+            log.error(
+                "job %s: no task %r in this worker (it runs %s); failing it for good",
+                claimed.id, claimed.task, sorted(self._handlers) or "nothing",
+            )  # fmt: skip
         else:
             try:
                 data = serializers.loads(claimed.data or b"")
