@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import os
 import signal
 import socket
@@ -268,3 +269,35 @@ def test_an_import_error_inside_the_module_keeps_its_traceback(tmp_path: Path) -
 def test_version() -> None:
     done = CliRunner().invoke(main, ["--version"])
     assert done.exit_code == 0 and done.output.startswith("conveyor ")
+
+
+# ----------------------------------------------------------------- packaging
+
+
+def test_the_version_has_one_source() -> None:
+    import conveyor
+
+    assert conveyor.__version__ == importlib.metadata.version("conveyor")
+    assert CliRunner().invoke(main, ["--version"]).output.strip().endswith(conveyor.__version__)
+
+
+def test_the_license_file_matches_the_metadata() -> None:
+    root = Path(__file__).resolve().parents[1]
+    assert (root / "LICENSE").read_text().startswith("MIT License")
+    metadata = importlib.metadata.metadata("conveyor")
+    assert "License :: OSI Approved :: MIT License" in metadata.get_all("Classifier", [])
+
+
+def test_the_cli_starts_without_fcntl() -> None:
+    """Windows has no fcntl: only the embedded Redis needs it, not the CLI."""
+    script = (
+        "import sys; sys.modules['fcntl'] = None\n"
+        "from conveyor.integrations.cli import main\n"
+        "main(['--version'])\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("conveyor ")
