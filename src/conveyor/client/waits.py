@@ -110,6 +110,7 @@ class SyncWaits:
         self._lock = threading.Lock()
         self._waiters: dict[str, list[_SyncWaiter]] = {}
         self._running = False
+        self._closed = False
 
     def wait(self, job_id: str, timeout: float) -> Any:
         """The done:<id> element of a job that ends within `timeout` s, else None."""
@@ -131,7 +132,10 @@ class SyncWaits:
         return waiter.element
 
     def close(self) -> None:
+        """Close the hub's connection; a hub blocked on it ends quietly."""
+        self._closed = True
         self._hub_client.close()
+        self._hub_client.connection_pool.disconnect()
 
     def _forget(self, job_id: str, waiter: _SyncWaiter) -> None:
         waiters = self._waiters.get(job_id)
@@ -157,8 +161,15 @@ class SyncWaits:
             return list(self._waiters)
 
     def _run(self) -> None:
+        try:
+            self._follow_events()
+        except Exception:
+            if not self._closed:  # its connection closed under it: the client closed
+                raise
+
+    def _follow_events(self) -> None:
         sweep, delay = True, 0.1
-        while (waited := self._waited()) is not None:
+        while not self._closed and (waited := self._waited()) is not None:
             try:
                 with translated():
                     if sweep:
