@@ -6,6 +6,7 @@ from conveyor.protocol import ops
 
 from .harness import Proto
 
+
 def stored(q: Proto, job_id: str) -> dict[str, str]:
     """The fields the record holds (not the defaults a reader fills in)."""
     return {ops.text(k): ops.text(v) for k, v in q.r.hgetall(q.keys.job(job_id)).items()}
