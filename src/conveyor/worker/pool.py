@@ -23,13 +23,14 @@ from typing import Any
 from conveyor import serializers
 from conveyor.client.aio import AsyncQueue
 from conveyor.client.tasks import Task
-from conveyor.errors import ConnectionLostError
+from conveyor.errors import ConnectionLostError, ConveyorError
 from conveyor.hooks import Hooks
 from conveyor.hooks import call as call_hooks
 from conveyor.protocol import ops
 from conveyor.worker.acks import AckBuffer
 from conveyor.worker.context import JobContext
 from conveyor.worker.execution import Failure, Outcome, Running, Success, execute
+from conveyor.worker.policy import policies, policy_call
 
 log = logging.getLogger("conveyor.worker")
 
@@ -103,6 +104,8 @@ class JobPool:
         self._queue_name = queue.name
         self._worker_id = worker_id
         self._handlers = handlers
+        self._policies = policies(handlers, queue.core)  # the tasks' run-time options
+        self._policy_calls: dict[str, ops.Call] = {}
         self._concurrency = concurrency
         self._lease = lease
         self._freed = freed  # set whenever a job finishes or a lease is let go
@@ -155,6 +158,10 @@ class JobPool:
         problem, data = None, None
         if handler is None:
             problem = f"UnknownTaskError: no task {claimed.task!r} in this worker"
+            log.error(
+                "job %s: no task %r in this worker (it runs %s); failing it for good",
+                claimed.id, claimed.task, sorted(self._handlers) or "nothing",
+            )  # fmt: skip
         else:
             try:
                 data = serializers.loads(claimed.data or b"")
@@ -173,6 +180,11 @@ class JobPool:
         )
         if self._hooks and claimed.attempts == 1 and claimed.created_at_ms is not None:
             ctx.waited = max(0, now_ms - claimed.created_at_ms) / 1000
+        policy = self._policies.get(claimed.task or "")
+        if policy and problem is None:
+            self._policy_calls[claimed.id] = policy_call(
+                self._queue.core, claimed.id, token, policy
+            )
         running = Running(ctx, timeout_ms / 1000 if timeout_ms > 0 else None, handler, problem)
         self.held[claimed.id] = running
         self.in_flight += 1
@@ -185,6 +197,8 @@ class JobPool:
         while True:
             running = await inbox.get()
             try:
+                if running.ctx.id in self._policy_calls:
+                    await self._apply_policy(running)
                 if not running.ctx.lost:  # its lease may have gone while it waited
                     if self._hooks.on_run:
                         outcome = await self._execute_hooked(running)
@@ -203,6 +217,19 @@ class JobPool:
                 self._freed.set()
                 if not self.in_flight:
                     self._all_done.set()
+
+    async def _apply_policy(self, running: Running) -> None:
+        """Give the job its task's options where it carries none (policy.py)."""
+        call = self._policy_calls.pop(running.ctx.id)
+        try:
+            timeout_ms = ops.decode_policy(await self._queue.runner.run(call))
+        except ConveyorError as exc:  # Redis away: the job runs on the options it carries
+            log.warning("job %s: task options not applied (%s)", running.ctx.id, exc)
+            return
+        if timeout_ms is None:
+            running.ctx.lost = True
+        else:
+            running.timeout = timeout_ms / 1000 if timeout_ms > 0 else None
 
     async def _execute_hooked(self, running: Running) -> Outcome:
         """execute() between the hooks of a run."""
