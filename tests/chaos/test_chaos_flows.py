@@ -1,4 +1,4 @@
-"""Scenarios 20 and 21: flows while workers and drainers are SIGKILLed, on one Redis and on a
+"""Scenarios 24 and 25: flows while workers and drainers are SIGKILLed, on one Redis and on a
 3-master cluster (docs/protocol.md §14.5): every parent once, after all its children."""
 
 from __future__ import annotations

@@ -49,8 +49,14 @@ from conveyor.client.flows import (
 )
 from conveyor.client.pipelines import PIPELINE_TASK, StepGroup, pipeline_data
 from conveyor.client.transport import AsyncRunner, async_client, translated
+from conveyor.client.waits import AsyncWaits
 from conveyor.client.wire import AsyncWire
-from conveyor.errors import ConnectionLostError, ConveyorError, WaitTimeoutError
+from conveyor.errors import (
+    ConfigurationError,
+    ConnectionLostError,
+    ConveyorError,
+    WaitTimeoutError,
+)
 from conveyor.job import Job, JobState
 from conveyor.metrics import (
     WEEK_MINUTES,
@@ -67,11 +73,33 @@ from conveyor.protocol.keys import PROTOCOL_VERSION, queue_registry
 log = logging.getLogger("conveyor")
 
 
-def connect(url: str | None = None, *, route: SlotRoute | None = None) -> redis.asyncio.Redis:
+def connect(
+    url: str | None = None, *, route: SlotRoute | None = None, max_connections: int = 100
+) -> redis.asyncio.Redis:
     """A redis-py client for `url` (or the environment), bytes replies; on a
     cluster, connected to the master of `route`'s slot."""
     resolved = resolve_url(url)
-    return async_client(resolved, needs_route(resolved, route))
+    return async_client(resolved, needs_route(resolved, route), max_connections=max_connections)
+
+
+async def _closed_with_the_loop(
+    waits: AsyncWaits, wire: AsyncWire | None, client: redis.asyncio.Redis | None
+) -> AsyncIterator[None]:
+    """Parked at its yield on the loop the connections were made on; the
+    loop closes it as it shuts down (asyncio.run, anyio: shutdown_asyncgens),
+    so the connections are closed there, not abandoned to a closed loop."""
+    try:
+        yield
+    finally:
+        await waits.close()
+        if wire is not None:
+            await wire.close()
+        if client is not None:
+            await client.aclose()
+
+
+async def _start(closer: AsyncIterator[None]) -> None:
+    await anext(closer)
 
 
 class AsyncQueue:
@@ -93,18 +121,69 @@ class AsyncQueue:
         self.core = QueueCore(name, settings or QueueSettings(), failures=failures)
         self._owns_client = client is None
         # resolved once: with no URL configured, finding the embedded server is a probe
-        resolved = None if client is not None else resolve_url(url)
+        self._url = None if client is not None else resolve_url(url)
         # on a cluster, every connection goes to the master of the queue's slot
-        self.route = None if resolved is None else slot_route(resolved, self.core.keys)
-        self.client = client if client is not None else connect(resolved, route=self.route)
-        # scripts go over the lean wire when we made the connection ourselves
-        endpoint = None if resolved is None else wire_endpoint(resolved, self.route)
-        self._wire = None if endpoint is None else AsyncWire(endpoint)
-        self._runner = AsyncRunner(self.client, self.core.scripts, self._wire)
+        self.route = None if self._url is None else slot_route(self._url, self.core.keys)
+        self._client = (
+            client
+            if client is not None
+            else connect(
+                self._url, route=self.route, max_connections=self.core.settings.max_connections
+            )
+        )
+        self._wire: AsyncWire | None = None
+        self._runner = self._connections()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop it is used on
+        self._closer: AsyncIterator[None] | None = None
+        self._closer_start: asyncio.Task[None] | None = None
         self._checked = False
-        self._pool_options = self.client.connection_pool.connection_kwargs
-        self._url = url
+        self._pool_options = self._client.connection_pool.connection_kwargs
         self._peers: dict[str, AsyncQueue] = {}  # the other queues of this client's flows
+
+    def _connections(self) -> AsyncRunner:
+        """The lean wire (when we make the connections ourselves) and the runner."""
+        endpoint = None if self._url is None else wire_endpoint(self._url, self.route)
+        self._wire = None if endpoint is None else AsyncWire(endpoint)
+        self._waits = AsyncWaits(self._client, self.core.keys, self._done_element)
+        return AsyncRunner(self._client, self.core.scripts, self._wire)
+
+    @property
+    def client(self) -> redis.asyncio.Redis:
+        """The redis-py client, for the running event loop."""
+        self._follow_loop()
+        return self._client
+
+    def _follow_loop(self) -> None:
+        """Connections belong to the event loop they were made on. Used on a
+        new loop after the old one stopped (a second asyncio.run, a test
+        client's loop per test), the queue reconnects there; while the old
+        loop still runs (another thread), it refuses at once."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # off the loop: a thread handing a call to it
+            return
+        if loop is self._loop:
+            return
+        if self._loop is not None:
+            if self._loop.is_running():
+                raise ConfigurationError(
+                    f"{self!r} is in use on another event loop, still running (another "
+                    "thread): its connections belong to that loop; make one AsyncQueue "
+                    "per event loop"
+                )
+            if self._url is None:
+                raise ConfigurationError(
+                    f"{self!r} was given a client made for an event loop that has stopped: "
+                    "make the client (or the AsyncQueue, with url=...) on the running loop"
+                )
+            self._client = connect(
+                self._url, route=self.route, max_connections=self.core.settings.max_connections
+            )
+            self._runner = self._connections()
+        self._loop = loop
+        owned = self._client if self._owns_client else None
+        self._closer = _closed_with_the_loop(self._waits, self._wire, owned)
+        self._closer_start = loop.create_task(_start(self._closer))
 
     @property
     def name(self) -> str:
@@ -113,6 +192,7 @@ class AsyncQueue:
     @property
     def runner(self) -> AsyncRunner:
         """Runs this queue's scripts (over the lean wire when there is one)."""
+        self._follow_loop()
         return self._runner
 
     async def __aenter__(self) -> AsyncQueue:
@@ -124,10 +204,12 @@ class AsyncQueue:
     async def close(self) -> None:
         for peer in self._peers.values():
             await peer.close()
+        self._follow_loop()  # the connections of a stopped loop are abandoned, not closed
+        await self._waits.close()
         if self._wire is not None:
             await self._wire.close()
         if self._owns_client:
-            await self.client.aclose()
+            await self._client.aclose()
 
     def __repr__(self) -> str:
         lane = ", failures=True" if self.core.failures else ""
@@ -172,9 +254,9 @@ class AsyncQueue:
             await self.check()
         try:  # the first send, with no layer between: a plain job's call is packed ahead
             if packed is None:
-                reply = await self._runner.run(call)
+                reply = await self.runner.run(call)
             else:
-                reply = await self._runner.run_packed(call, packed)
+                reply = await self.runner.run_packed(call, packed)
         except ConnectionLostError as exc:
             reply = (await self._resend_enqueues([call], exc))[0]
         return self.core.enqueued_one(job_id, reply)
@@ -217,12 +299,12 @@ class AsyncQueue:
 
     async def _send(self, calls: list[ops.Call]) -> list[Any]:
         if len(calls) == 1:  # one round trip without a pipeline's overhead
-            return [await self._runner.run(calls[0])]
-        return await self._runner.run_many(calls)
+            return [await self.runner.run(calls[0])]
+        return await self.runner.run_many(calls)
 
     async def cancel(self, job_id: str) -> bool:
         """Remove a waiting or delayed job (or a blocked twin); True if one was."""
-        return int(await self._runner.run(self.core.cancel_call(job_id))) == 1
+        return int(await self.runner.run(self.core.cancel_call(job_id))) == 1
 
     async def schedule(
         self,
@@ -245,7 +327,7 @@ class AsyncQueue:
             call = self.core.schedule_call(
                 schedule_id, task, data, cron=cron, every=every, options=options, after_ms=after
             )
-            job_id = ops.text((await self._runner.run(call))[0])
+            job_id = ops.text((await self.runner.run(call))[0])
             if job_id:
                 return job_id
             after = int(call.args[2])
@@ -265,7 +347,7 @@ class AsyncQueue:
     async def unschedule(self, schedule_id: str) -> bool:
         """Remove a schedule and its pending job (if not started); True if it existed."""
         call = schedules.unschedule(self.core.keys, schedule_id)
-        return int(await self._runner.run(call)) == 1
+        return int(await self.runner.run(call)) == 1
 
     async def set_limits(
         self, *, concurrency: int | None = None, rate: int | None = None, per: float = 1.0
@@ -274,7 +356,7 @@ class AsyncQueue:
         `concurrency` jobs running at once, at most `rate` jobs started per
         `per` seconds. None removes a limit."""
         call = self.core.limits_call("queue", concurrency=concurrency, rate=rate, per=per)
-        await self._runner.run(call)
+        await self.runner.run(call)
 
     async def set_group_limits(
         self,
@@ -289,31 +371,31 @@ class AsyncQueue:
         call = self.core.limits_call(
             "group", group=group or "", concurrency=concurrency, rate=rate, per=per
         )
-        await self._runner.run(call)
+        await self.runner.run(call)
 
     async def pause_group(self, group: str) -> None:
         """Stop claims of one group's jobs; its jobs stay queued."""
-        await self._runner.run(self.core.limits_call("pause_group", group=group))
+        await self.runner.run(self.core.limits_call("pause_group", group=group))
 
     async def resume_group(self, group: str) -> None:
-        await self._runner.run(self.core.limits_call("resume_group", group=group))
+        await self.runner.run(self.core.limits_call("resume_group", group=group))
 
     async def promote(self, job_id: str) -> bool:
         """Run a delayed job now; False if it was not delayed."""
-        return int(await self._runner.run(self.core.control_call("promote", job_id))) == 1
+        return int(await self.runner.run(self.core.control_call("promote", job_id))) == 1
 
     async def set_priority(self, job_id: str, priority: int | str) -> bool:
         """Change the priority of a waiting or delayed job; False if it is not one."""
         call = self.core.control_call("reprioritize", job_id, priority)
-        return int(await self._runner.run(call)) == 1
+        return int(await self.runner.run(call)) == 1
 
     async def retry(self, job_id: str) -> bool:
         """Run a failed job again (failures reset, attempts kept); False if not failed."""
-        return int(await self._runner.run(self.core.control_call("retry", job_id))) == 1
+        return int(await self.runner.run(self.core.control_call("retry", job_id))) == 1
 
     async def remove(self, job_id: str) -> str:
         """Delete a job that is not running: 'removed', 'missing' or 'active'."""
-        return ops.text(await self._runner.run(self.core.control_call("remove", job_id)))
+        return ops.text(await self.runner.run(self.core.control_call("remove", job_id)))
 
     async def set_retention(
         self, *, completed: int | None = None, failed: int | None = None
@@ -573,6 +655,14 @@ class AsyncQueue:
                 after = event.stream_id
                 yield event
 
+    async def _done_element(self, job_id: str) -> Any:
+        """The element of done:<id>, if any (LINDEX: it stays for every waiter)."""
+        key = self.core.keys.done(job_id)
+        with translated():
+            if self._wire is not None:
+                return await self._wire.call("LINDEX", key, -1)
+            return await self._client.lindex(key, -1)
+
     # --- operating (the dashboard and the operator's CLI) ----------------------
 
     async def known_queues(self) -> list[str]:
@@ -655,17 +745,12 @@ class AsyncQueue:
     async def wait_result(self, job_id: str, *, timeout: float) -> Any:
         """Block on Redis until the job finishes; its result, or JobFailedError,
         JobNotFoundError, or WaitTimeoutError after `timeout` seconds."""
-        reply = ops.decode_await(await self._runner.run(self.core.await_call(job_id)))
-        deadline = time.monotonic() + timeout
-        done_key = self.core.keys.done(job_id)
-        while reply.state == "pending":
-            left = deadline - time.monotonic()
-            if left <= 0:
+        reply = ops.decode_await(await self.runner.run(self.core.await_call(job_id)))
+        if reply.state == "pending":
+            # every wait of this client shares one blocking connection (waits.py)
+            self._follow_loop()
+            element = await self._waits.wait(job_id, timeout)
+            if element is None:
                 raise WaitTimeoutError(f"job {job_id!r} did not finish within {timeout} s")
-            with translated():
-                # redis-py types the timeout as int; Redis takes decimal seconds
-                block: Any = block_slice(self._pool_options, left)
-                element = await self.client.blmove(done_key, done_key, block, "RIGHT", "LEFT")
-            if element is not None:
-                reply = ops.decode_done(element)
+            reply = ops.decode_done(element)
         return self.core.outcome(job_id, reply)

@@ -47,6 +47,7 @@ from conveyor.client.flows import (
 )
 from conveyor.client.pipelines import PIPELINE_TASK, StepGroup, pipeline_data
 from conveyor.client.transport import SyncRunner, sync_client, translated
+from conveyor.client.waits import SyncWaits
 from conveyor.client.wire import SyncWire
 from conveyor.errors import ConnectionLostError, ConveyorError, WaitTimeoutError
 from conveyor.job import Job, JobState
@@ -65,11 +66,13 @@ from conveyor.protocol.keys import PROTOCOL_VERSION, queue_registry
 log = logging.getLogger("conveyor")
 
 
-def connect(url: str | None = None, *, route: SlotRoute | None = None) -> redis.Redis:
+def connect(
+    url: str | None = None, *, route: SlotRoute | None = None, max_connections: int = 100
+) -> redis.Redis:
     """A redis-py client for `url` (or the environment), bytes replies; on a
     cluster, connected to the master of `route`'s slot."""
     resolved = resolve_url(url)
-    return sync_client(resolved, needs_route(resolved, route))
+    return sync_client(resolved, needs_route(resolved, route), max_connections=max_connections)
 
 
 class Queue:
@@ -94,15 +97,27 @@ class Queue:
         resolved = None if client is not None else resolve_url(url)
         # on a cluster, every connection goes to the master of the queue's slot
         self.route = None if resolved is None else slot_route(resolved, self.core.keys)
-        self.client = client if client is not None else connect(resolved, route=self.route)
+        self._client = (
+            client
+            if client is not None
+            else connect(
+                resolved, route=self.route, max_connections=self.core.settings.max_connections
+            )
+        )
         # scripts go over the lean wire when we made the connection ourselves
         endpoint = None if resolved is None else wire_endpoint(resolved, self.route)
         self._wire = None if endpoint is None else SyncWire(endpoint)
-        self._runner = SyncRunner(self.client, self.core.scripts, self._wire)
+        self._runner = SyncRunner(self._client, self.core.scripts, self._wire)
+        self._waits = SyncWaits(self._client, self.core.keys, self._done_element)
         self._checked = False
-        self._pool_options = self.client.connection_pool.connection_kwargs
-        self._url = url
-        self._peers: dict[str, Queue] = {}  # the other queues of this client's flows
+        self._pool_options = self._client.connection_pool.connection_kwargs
+        self._url = resolved  # for the other queues of this client's flows (peer)
+        self._peers: dict[str, Queue] = {}
+
+    @property
+    def client(self) -> redis.Redis:
+        """The redis-py client."""
+        return self._client
 
     @property
     def name(self) -> str:
@@ -122,6 +137,7 @@ class Queue:
     def close(self) -> None:
         for peer in self._peers.values():
             peer.close()
+        self._waits.close()
         if self._wire is not None:
             self._wire.close()
         if self._owns_client:
@@ -559,6 +575,14 @@ class Queue:
                 after = event.stream_id
                 yield event
 
+    def _done_element(self, job_id: str) -> Any:
+        """The element of done:<id>, if any (LINDEX: it stays for every waiter)."""
+        key = self.core.keys.done(job_id)
+        with translated():
+            if self._wire is not None:
+                return self._wire.call("LINDEX", key, -1)
+            return self._client.lindex(key, -1)
+
     # --- operating (the dashboard and the operator's CLI) ----------------------
 
     def known_queues(self) -> list[str]:
@@ -640,16 +664,10 @@ class Queue:
         """Block on Redis until the job finishes; its result, or JobFailedError,
         JobNotFoundError, or WaitTimeoutError after `timeout` seconds."""
         reply = ops.decode_await(self._runner.run(self.core.await_call(job_id)))
-        deadline = time.monotonic() + timeout
-        done_key = self.core.keys.done(job_id)
-        while reply.state == "pending":
-            left = deadline - time.monotonic()
-            if left <= 0:
+        if reply.state == "pending":
+            # every wait of this client shares one blocking connection (waits.py)
+            element = self._waits.wait(job_id, timeout)
+            if element is None:
                 raise WaitTimeoutError(f"job {job_id!r} did not finish within {timeout} s")
-            with translated():
-                # redis-py types the timeout as int; Redis takes decimal seconds
-                block: Any = block_slice(self._pool_options, left)
-                element = self.client.blmove(done_key, done_key, block, "RIGHT", "LEFT")
-            if element is not None:
-                reply = ops.decode_done(element)
+            reply = ops.decode_done(element)
         return self.core.outcome(job_id, reply)

@@ -286,7 +286,9 @@ class Worker:
 
     @property
     def _in_flight(self) -> int:
-        return 0 if self._jobs is None else self._jobs.in_flight
+        """Leases held here (claimed, running or awaiting acknowledgement):
+        what claims are bounded by, and what `alone` and idleness mean."""
+        return 0 if self._jobs is None else self._jobs.holding
 
     def _died(self, task: asyncio.Task[Any]) -> None:
         """A runner or the ack writer must never end on its own: if one does,
@@ -334,6 +336,11 @@ class Worker:
                     await self._jobs.outcomes_written()
                     continue
                 return
+            if self.settings.burst and self._in_flight and reply.next_due_ms is None:
+                # draining: the next thing that can change is a job of ours
+                # ending (a block on Redis would sit out idle_wait after it)
+                await self._until_one_ends()
+                continue
             await self._wait_for_work(reply)
 
     async def _until_idle(self) -> None:
@@ -342,6 +349,12 @@ class Worker:
             self._slot_freed.clear()
             await self._slot_freed.wait()
         self._suspect = None
+
+    async def _until_one_ends(self) -> None:
+        """Wait until a job running here ends (or the worker stops)."""
+        self._slot_freed.clear()
+        if self._in_flight and not self._stopping:
+            await self._slot_freed.wait()
 
     def _drained(self, reply: ops.ClaimReply) -> bool:
         """Burst mode ends when nothing is ready or running here and no
