@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Unpack

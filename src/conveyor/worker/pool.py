@@ -30,8 +30,8 @@ from conveyor.protocol import ops
 from conveyor.worker.acks import AckBuffer
 from conveyor.worker.context import JobContext
 from conveyor.worker.execution import Failure, Outcome, Running, Success, execute
-from conveyor.worker.steps import WorkerFlows
 from conveyor.worker.policy import policies, policy_call
+from conveyor.worker.steps import WorkerFlows
 
 log = logging.getLogger("conveyor.worker")
 
