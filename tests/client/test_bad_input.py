@@ -110,7 +110,9 @@ def test_bad_queue_names_are_refused(redis_url: str, name: str) -> None:
         Queue(name, url=redis_url)
 
 
-@pytest.mark.parametrize("task", ["", "a\nb", "a\tb", "a\x7f", "a\x85", "a\ud800", "x" * 201, None])
+@pytest.mark.parametrize(
+    "task", ["", "a\nb", "a\tb", "a\x7f", "a\x85", "a\ud800", "x" * 201, None]
+)
 def test_bad_task_names_are_refused(queue: Any, redis_client: redis.Redis, task: Any) -> None:
     before = redis_client.dbsize()
     with pytest.raises(InvalidNameError):

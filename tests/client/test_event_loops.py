@@ -45,7 +45,9 @@ def test_a_cached_tasks_queue_works_in_each_new_loop(redis_url: str, queue_name:
     assert asyncio.run(round_trip(tasks.async_queue())) is not None
 
 
-def test_a_loop_still_running_elsewhere_is_refused_at_once(redis_url: str, queue_name: str) -> None:
+def test_a_loop_still_running_elsewhere_is_refused_at_once(
+    redis_url: str, queue_name: str
+) -> None:
     queue = AsyncQueue(queue_name, url=redis_url)
     other = asyncio.new_event_loop()
     thread = threading.Thread(target=other.run_forever, daemon=True)

@@ -13,7 +13,7 @@ from conveyor.integrations.testing import BurstWorker, DrainTimeoutError
 
 pytest_plugins = ["pytester"]
 
-SHOP_TASKS = """
+SHOP_TASKS = '''
 import asyncio
 
 from conveyor import PermanentError, Tasks
@@ -44,17 +44,17 @@ async def total(data):
 @tasks.task(max_failures=1)
 def explode(data):
     raise PermanentError("boom")
-"""
+'''
 
-SHOP_CONFTEST = """
+SHOP_CONFTEST = '''
 import pytest
 
 @pytest.fixture
 def conveyor_queue_name():
     return "shop"
-"""
+'''
 
-SHOP_TESTS = """
+SHOP_TESTS = '''
 import os
 
 from conveyor import JobState
@@ -113,7 +113,7 @@ async def test_async_side(conveyor_async_queue, conveyor_worker):
     assert report.completed == 1
     assert (await conveyor_async_queue.get(job.id)).result == 9
     assert await acall_task(total, [1, 1]) == 2
-"""
+'''
 
 
 @pytest.fixture
@@ -162,7 +162,7 @@ def test_a_drain_that_never_ends_times_out(redis_url: str, queue_name: str) -> N
 
     @tasks.task
     def again(data: int) -> None:
-        again.enqueue(data + 1)  # an endless chain
+        again.enqueue(data + 1)        # an endless chain
 
     again.enqueue(0)
     with pytest.raises(DrainTimeoutError, match="not drained within 1"):

@@ -76,7 +76,9 @@ def test_a_rollback_enqueues_nothing(engine: Engine, sync_queue: Queue) -> None:
     assert [(j.id, j.data) for j in enqueued(sync_queue)] == [(kept, 3)]
 
 
-def test_a_rolled_back_savepoint_drops_its_own_jobs_only(engine: Engine, sync_queue: Queue) -> None:
+def test_a_rolled_back_savepoint_drops_its_own_jobs_only(
+    engine: Engine, sync_queue: Queue
+) -> None:
     with Session(engine) as session, session.begin():
         session.add(Order(item="outer"))
         enqueue_after_commit(session, sync_queue, "t", "outer")

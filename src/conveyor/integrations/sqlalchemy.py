@@ -103,3 +103,4 @@ def _within(made_in: SessionTransaction, rolled_back: SessionTransaction) -> boo
             return True
         current = current.parent
     return False
+

@@ -257,3 +257,4 @@ def _aware(when: datetime) -> datetime:
 
 def _error(number: int, message: str, hint: str | None) -> checks.Error:
     return checks.Error(f"Conveyor task backend: {message}", hint=hint, id=f"conveyor.E{number:03}")
+

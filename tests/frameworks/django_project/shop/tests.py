@@ -38,10 +38,8 @@ class ConveyorBackendTests(TransactionTestCase):
         self.seen = []
         self.receivers = {}
         for name, signal in SIGNALS.items():
-
             def receiver(sender, task_result, name=name, **kwargs):
                 self.seen.append((name, task_result.status, task_result.id))
-
             self.receivers[name] = receiver
             signal.connect(receiver)
 
