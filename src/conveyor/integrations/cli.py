@@ -17,6 +17,8 @@ from conveyor.client.connection import URL_VARIABLES
 from conveyor.client.sync import Queue
 from conveyor.client.tasks import Tasks
 from conveyor.errors import ConveyorError
+from conveyor.integrations import logs
+from conveyor.integrations.cli_observe import log_command
 from conveyor.integrations.embedded import EmbeddedRedis
 from conveyor.integrations.progress import ProgressBar, follow
 from conveyor.worker.runtime import Worker, WorkerSettings
@@ -50,12 +52,36 @@ def redis_url(url: str | None, stack: ExitStack) -> str:
     return embedded.url
 
 
-@click.group()
-@click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
-def main(verbose: int) -> None:
-    """Conveyor: a Redis-backed job queue."""
-    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+class ConveyorGroup(click.Group):
+    """The logging options work after a subcommand too (`conveyor worker app:tasks -v`)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, logs.hoist_logging_options(args))
+
+
+@click.group(cls=ConveyorGroup)
+@click.option(
+    "-v", "--verbose", count=True, help="More logging: -v a line per job (info), -vv debug."
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(logs.LEVELS, case_sensitive=False),
+    default=None,
+    help="Log level (default: warning; overrides -v).",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(logs.FORMATS),
+    default="text",
+    show_default=True,
+    help="json: one object per line, with job_id, task, queue and attempt for jobs.",
+)
+def main(verbose: int, log_level: str | None, log_format: str) -> None:
+    """Conveyor: a Redis-backed job queue.
+
+    The logging options may also follow the subcommand."""
+    level = log_level or ["warning", "info", "debug"][min(verbose, 2)]
+    logs.configure(level, log_format)
 
 
 @main.command()
@@ -180,6 +206,9 @@ def redis() -> None:
     with EmbeddedRedis() as embedded:
         click.echo(f"embedded Redis at {embedded.url} (Ctrl-C stops it)")
         signal.sigwait(stop)
+
+
+main.add_command(log_command)
 
 
 def run() -> None:

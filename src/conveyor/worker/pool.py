@@ -26,7 +26,7 @@ from conveyor.client.tasks import Task
 from conveyor.errors import ConnectionLostError
 from conveyor.hooks import Hooks
 from conveyor.hooks import call as call_hooks
-from conveyor.protocol import ops
+from conveyor.protocol import observe, ops
 from conveyor.worker.acks import AckBuffer
 from conveyor.worker.context import JobContext
 from conveyor.worker.execution import Failure, Outcome, Running, Success, execute
@@ -155,6 +155,7 @@ class JobPool:
             token=token,
             worker_id=self._worker_id,
             report_progress=self._progress,
+            report_log=self._job_log,
         )
         if self._hooks and claimed.attempts == 1 and claimed.created_at_ms is not None:
             ctx.waited = max(0, now_ms - claimed.created_at_ms) / 1000
@@ -226,7 +227,7 @@ class JobPool:
             call_hooks(hooks.on_retry, ctx, error=error)
         elif what == "failed":
             call_hooks(hooks.on_final_failure, ctx, error=error)
-        elif what == "lost":
+        elif what in ("lost", "unwritten"):  # unwritten: left to lease expiry
             call_hooks(hooks.on_lease_lost, ctx)
 
     def lose(self, ids: list[str]) -> None:
@@ -242,9 +243,6 @@ class JobPool:
             call_hooks(self._hooks.on_lease_lost, running.ctx)
 
     def _progress(self, ctx: JobContext, fraction: float) -> None:
-        """Write progress from a handler: async handlers go on at once, sync
-        ones (in a pool thread) wait for the write."""
-        running = self.held.get(ctx.id)
         core = self._queue.core
         call = ops.progress(
             core.keys,
@@ -253,14 +251,24 @@ class JobPool:
             value=fraction,
             events_maxlen=core.settings.events_maxlen,
         )
+        self._write_for(ctx, call, "progress update")
+
+    def _job_log(self, ctx: JobContext, lines: list[str]) -> None:
+        call = observe.job_log(self._queue.core.keys, job_id=ctx.id, token=ctx.token, lines=lines)
+        self._write_for(ctx, call, "job log write")
+
+    def _write_for(self, ctx: JobContext, call: ops.Call, what: str) -> None:
+        """A write from a handler (progress, its log): async handlers go on
+        at once, sync ones (in a pool thread) wait for the write."""
+        running = self.held.get(ctx.id)
         try:
             asyncio.get_running_loop()
         except RuntimeError:  # a sync handler's thread
             future = asyncio.run_coroutine_threadsafe(self._queue.runner.run(call), self._loop)
             try:
                 future.result(timeout=self._lease)
-            except Exception as exc:  # progress is best effort: the job goes on
-                log.warning("progress update failed: %s", exc)
+            except Exception as exc:  # best effort: the job goes on
+                log.warning("%s failed: %s", what, exc)
             return
         task = asyncio.ensure_future(self._queue.runner.run(call))
         task.add_done_callback(log_failure)

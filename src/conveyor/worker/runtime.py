@@ -33,6 +33,7 @@ from conveyor.hooks import Hook, Hooks
 from conveyor.hooks import call as call_hooks
 from conveyor.protocol import ops
 from conveyor.timeutil import to_ms
+from conveyor.worker import job_lines
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.metrics import MetricsRecorder
 from conveyor.worker.pool import JobPool, log_failure
@@ -143,7 +144,9 @@ class Worker:
         self._queue = queue
         self._runner = queue.runner
         recorder = MetricsRecorder(queue.core) if self.settings.metrics else None
-        own = () if recorder is None else (recorder,)
+        own: list[Hook] = [] if recorder is None else [recorder]
+        if job_lines.log.isEnabledFor(logging.INFO):  # else no cost per job
+            own.append(job_lines.JobLines())
         hooks = Hooks((*self.tasks.settings.hooks, *self._extra_hooks, *own))
         self._hooks = hooks
         jobs = JobPool(

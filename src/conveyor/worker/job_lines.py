@@ -1,0 +1,76 @@
+"""One log line per job start, completion (with its duration) and failure
+(with its traceback), at INFO on the `conveyor.jobs` logger; every record
+carries the job's id, task, queue and attempt (`extra`), and so does every
+record a handler logs while its job runs (JobFields, for `--log-format json`).
+
+The worker installs JobLines only when `conveyor.jobs` logs at INFO when it
+starts: at the default WARNING level it costs nothing per job.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from conveyor.hooks import Hook, RunningJob
+from conveyor.worker.context import current_job_or_none
+
+log = logging.getLogger("conveyor.jobs")
+
+JOB_FIELDS = ("job_id", "task", "queue", "attempt")
+
+
+def fields_of(job: RunningJob) -> dict[str, Any]:
+    return {"job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempt}
+
+
+class JobLines(Hook):
+    def __init__(self) -> None:
+        self._durations: dict[int, float] = {}  # id(job) -> seconds of its failed run
+
+    def before_run(self, job: RunningJob) -> None:
+        log.info(
+            "job %s (%s, attempt %d) started", job.id, job.task, job.attempt, extra=fields_of(job)
+        )
+
+    def after_success(self, job: RunningJob, *, duration: float) -> None:
+        log.info(
+            "job %s (%s, attempt %d) completed in %.3f s",
+            job.id, job.task, job.attempt, duration, extra=fields_of(job),
+        )  # fmt: skip
+
+    def after_failure(
+        self, job: RunningJob, exc: BaseException | None, *, error: str, duration: float
+    ) -> None:
+        self._durations[id(job)] = duration  # told with the outcome, once it is written
+
+    def on_retry(self, job: RunningJob, *, error: str) -> None:
+        self._failed(job, error, "will retry")
+
+    def on_final_failure(self, job: RunningJob, *, error: str) -> None:
+        self._failed(job, error, "failed for good")
+
+    def on_lease_lost(self, job: RunningJob) -> None:
+        self._durations.pop(id(job), None)
+
+    def _failed(self, job: RunningJob, error: str, what: str) -> None:
+        duration = self._durations.pop(id(job), None)
+        took = "" if duration is None else f" after {duration:.3f} s"
+        # `error` is the stored text: `Type: message`, then the traceback
+        log.info(
+            "job %s (%s, attempt %d) failed%s, %s: %s",
+            job.id, job.task, job.attempt, took, what, error, extra=fields_of(job),
+        )  # fmt: skip
+
+
+class JobFields(logging.Filter):
+    """Adds the running job's id, task, queue and attempt to each record
+    logged from its handler (those that do not carry them already)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "job_id"):
+            job = current_job_or_none()
+            if job is not None:
+                for name, value in fields_of(job).items():
+                    setattr(record, name, value)
+        return True
