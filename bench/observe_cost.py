@@ -1,21 +1,36 @@
-"""How much memory a queue's metrics history takes for a week, measured.
+"""What observability costs, measured: the memory of a queue's metrics
+history for a week, and the worker's CPU time per job for the hooks.
 
-    .venv/bin/python -m bench.metrics_memory [--tasks 1,10]
+    .venv/bin/python -m bench.observe_cost [--tasks 1,10] [--jobs 200000]
 
 A week is 169 hour keys of each kind (docs/protocol.md §14). Every minute is
 busy (completed, failed and retried all counted) and every task fills every
 run and wait time bucket: the most the history can hold. The hour keys are
 written as record_metrics writes them, then measured with MEMORY USAGE.
+
+The time per job is that of the calls the worker's job pool makes around a
+run that succeeds (pool.py `_execute_hooked` and `_tell_outcome`), with the
+metrics recorder alone and with the job log lines too (to a discarding
+handler), in this process: the worker's other work per job is not in it.
+With no hook installed the pool makes none of these calls.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import tempfile
+import time
 
 import redis
 
+from conveyor.client.core import QueueCore, QueueSettings
+from conveyor.hooks import Hook, Hooks
+from conveyor.hooks import call as call_hooks
 from conveyor.integrations.redis_server import RedisProcess
+from conveyor.worker.context import JobContext
+from conveyor.worker.job_lines import JobLines
+from conveyor.worker.metrics import MetricsRecorder
 from conveyor.metrics import BOUNDS, RUN, WAIT
 from conveyor.protocol.keys import QueueKeys
 
@@ -42,10 +57,33 @@ def week_bytes(client: redis.Redis, tasks: int) -> tuple[int, int]:
     return counts, timings
 
 
+def hook_cost_us(hooks: list[Hook], jobs: int) -> float:
+    """µs per job of the hook calls around one successful run."""
+    installed = Hooks(hooks)
+    ctx = JobContext("id", "q", "task", None, 1, "t", "w", lambda *_: None, waited=0.002)
+    started = time.perf_counter()
+    for _ in range(jobs):
+        call_hooks(installed.before_run, ctx)
+        t0 = time.perf_counter()
+        duration = time.perf_counter() - t0
+        call_hooks(installed.after_success, ctx, duration=duration)
+        call_hooks(installed.on_completed, ctx)
+    return (time.perf_counter() - started) / jobs * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default="1,10", help="task counts, comma-separated")
+    parser.add_argument("--jobs", type=int, default=200_000, help="jobs timed per hook set")
     args = parser.parse_args()
+    recorder = MetricsRecorder(QueueCore("q", QueueSettings()))
+    logging.getLogger("conveyor.jobs").addHandler(logging.NullHandler())
+    logging.getLogger("conveyor.jobs").setLevel(logging.INFO)
+    logging.getLogger("conveyor.jobs").propagate = False
+    print("hook calls per job, in this process (indicative only on a loaded machine):")
+    print(f"  metrics recorder:            {hook_cost_us([recorder], args.jobs):5.2f} µs")
+    lines = hook_cost_us([recorder, JobLines()], args.jobs)
+    print(f"  metrics + job lines (-v):    {lines:5.2f} µs")
     with tempfile.TemporaryDirectory() as tmp, RedisProcess(data_dir=tmp) as server:
         client = redis.Redis.from_url(server.url)
         version = client.info("server")["redis_version"]
