@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml
 		{ echo "Conveyor needs Python 3.11+: run make PYTHON=python3.11 (or newer)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e '.[test,spark]'
+	$(PY) -m pip install -e '.[test,spark,prometheus,otel]'
 	touch $@
 
 lint: venv

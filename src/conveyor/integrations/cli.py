@@ -17,6 +17,7 @@ from conveyor.client.connection import URL_VARIABLES
 from conveyor.client.sync import Queue
 from conveyor.client.tasks import Tasks
 from conveyor.errors import ConveyorError
+from conveyor.hooks import Hook
 from conveyor.integrations import logs
 from conveyor.integrations.cli_observe import log_command
 from conveyor.integrations.embedded import EmbeddedRedis
@@ -92,6 +93,18 @@ def main(verbose: int, log_level: str | None, log_format: str) -> None:
 @click.option("--grace", default=30.0, show_default=True, help="SIGTERM grace, seconds.")
 @click.option("--burst", is_flag=True, help="Drain the queue, then exit.")
 @click.option("--failures", is_flag=True, help="Run the failure handlers' jobs instead.")
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    help="Serve Prometheus metrics on this port (the prometheus extra).",
+)
+@click.option(
+    "--metrics-history/--no-metrics-history",
+    default=True,
+    show_default=True,
+    help="Keep the queue's metrics history in Redis.",
+)
 def worker(
     target: str,
     url: str | None,
@@ -100,14 +113,25 @@ def worker(
     grace: float,
     burst: bool,
     failures: bool,
+    metrics_port: int | None,
+    metrics_history: bool,
 ) -> None:
     """Run a worker for the tasks at TARGET (module:attribute)."""
     tasks = load_tasks(target)
     settings = WorkerSettings(
-        concurrency=concurrency, lease=lease, grace=grace, burst=burst, failures=failures
+        concurrency=concurrency,
+        lease=lease,
+        grace=grace,
+        burst=burst,
+        failures=failures,
+        metrics=metrics_history,
     )
     with ExitStack() as stack:
-        run = Worker(tasks, url=redis_url(url or tasks.url, stack), settings=settings)
+        resolved = redis_url(url or tasks.url, stack)
+        hooks = []
+        if metrics_port is not None:
+            hooks.append(metrics_endpoint(metrics_port, tasks, resolved, failures, stack))
+        run = Worker(tasks, url=resolved, settings=settings, hooks=hooks)
         click.echo(f"worker {run.id}: queue {tasks.queue_name!r}, tasks {sorted(tasks.handlers)}")
         run.run_sync()
         click.echo(f"worker {run.id}: {run.processed} completed, {run.failed} failed")
@@ -117,6 +141,22 @@ def worker(
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def metrics_endpoint(
+    port: int, tasks: Tasks, url: str, failures: bool, stack: ExitStack
+) -> Hook:
+    """Serve the worker's Prometheus metrics on `port`; the hook that feeds them."""
+    try:
+        from conveyor.integrations.prometheus import worker_endpoint
+    except ImportError as exc:
+        raise click.UsageError(
+            f"--metrics-port needs prometheus-client: pip install 'conveyor[prometheus]' ({exc})"
+        ) from exc
+    queue = stack.enter_context(Queue(tasks.queue_name, url=url, settings=tasks.settings))
+    hook = worker_endpoint(port, queue.failure_lane() if failures else queue)
+    click.echo(f"Prometheus metrics on http://0.0.0.0:{port}/metrics", err=True)
+    return hook
 
 
 @main.command()
