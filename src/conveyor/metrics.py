@@ -1,5 +1,5 @@
 """Metrics history: what the workers of a queue did minute by minute, and how
-long each task's jobs ran and waited, hour by hour (docs/protocol.md §14).
+long each task's jobs ran and waited, hour by hour (docs/protocol.md §15).
 
     queue.metrics_history(minutes=60)   # [MinuteCounts], oldest first
     queue.task_timings(hours=1)         # [TaskTimings], by task name
@@ -100,7 +100,7 @@ class TaskTimings:
     wait: Histogram
 
 
-# --- reading the stored form (docs/protocol.md §14) ----------------------------------------
+# --- reading the stored form (docs/protocol.md §15) ----------------------------------------
 
 
 def check_window(value: int, what: str, most: int) -> int:

@@ -420,7 +420,7 @@ class QueueCore:
             return self.keys.group_ready(check_name(group, "group key"))
         return key
 
-    # --- metrics history and job logs (conveyor.metrics, docs/protocol.md §14) ----
+    # --- metrics history and job logs (conveyor.metrics, docs/protocol.md §15) ----
 
     def history_keys(self, time_reply: Any, minutes: int) -> tuple[int, list[int], list[str]]:
         """Redis TIME's now in ms, and the hours (and their counts keys)

@@ -1,6 +1,6 @@
 """Calls of the observability scripts: the metrics history a worker writes
 on its heartbeat, and the lines a handler writes to its job's own log
-(docs/protocol.md §14)."""
+(docs/protocol.md §15)."""
 
 from __future__ import annotations
 

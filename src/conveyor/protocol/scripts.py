@@ -33,6 +33,8 @@ SCRIPT_NAMES = (
     "remove",
     "record_metrics",
     "job_log",
+    "flow_add",
+    "flow_settle",
 )
 
 _INCLUDE = "-- @include "

@@ -10,7 +10,8 @@ def resize(data):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,3 +79,14 @@ def current_job_or_none() -> JobContext | None:
 
 def set_current(job: JobContext | None) -> None:
     _current.set(job)
+
+
+@contextmanager
+def running(job: JobContext) -> Iterator[JobContext]:
+    """Make `job` the current job inside the block, as a worker does around a
+    handler: how tests call a handler directly (current_job() works there)."""
+    reset = _current.set(job)
+    try:
+        yield job
+    finally:
+        _current.reset(reset)

@@ -1,4 +1,4 @@
--- job_log: append lines to a running job's own log (docs/protocol.md §14).
+-- job_log: append lines to a running job's own log (docs/protocol.md §15).
 --
 -- KEYS[1] base        `<prefix>:{<queue>}:` — job:<id> and log:<id> derive from it
 --

@@ -1,5 +1,5 @@
 -- record_metrics: add what a worker counted since its last call to the
--- queue's metrics history (docs/protocol.md §14).
+-- queue's metrics history (docs/protocol.md §15).
 --
 -- KEYS[1] base        `<prefix>:{<queue>}:` — metrics:<hour> and timings:<hour> derive from it
 -- KEYS[2] totals      hash: completed, failed, retried, stalled
