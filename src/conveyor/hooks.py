@@ -44,6 +44,8 @@ class RunningJob(Protocol):
     def worker_id(self) -> str: ...
     @property
     def waited(self) -> float | None: ...  # s from enqueue to start, first attempts
+    @property
+    def headers(self) -> dict[str, str] | None: ...  # given at enqueue (options["headers"])
 
 
 class Hook:
@@ -54,6 +56,19 @@ class Hook:
     ) -> None:
         """Before a job is enqueued (`enqueue`, `enqueue_many`, `Task.enqueue`);
         `options` may be changed here and the enqueue uses them."""
+
+    def after_enqueue(
+        self,
+        queue: str,
+        task: str,
+        options: dict[str, Any],
+        *,
+        job_id: str | None,
+        error: BaseException | None,
+    ) -> None:
+        """After every enqueue whose before_enqueue was called, with the
+        same `options`: `job_id` once the job has one, `error` if the enqueue
+        raised (then the job may or may not be in Redis: see the error)."""
 
     def worker_start(self, worker_id: str, queue: str) -> None:
         """A worker connected and is about to claim its first jobs."""
@@ -74,6 +89,10 @@ class Hook:
     ) -> None:
         """The handler raised `exc` (None when the job could not run at all:
         an unknown task, undecodable data); `error` is the text stored."""
+
+    def after_stopped(self, job: RunningJob, *, duration: float) -> None:
+        """The handler was stopped, and its outcome will not be written: the
+        lease was lost, or the worker gave the job back at shutdown."""
 
     def on_completed(self, job: RunningJob) -> None:
         """The job's success was recorded in Redis."""
@@ -100,8 +119,9 @@ class Hooks:
     """Installed hooks: per event, the methods that hooks override, in
     order, so an event no hook handles costs one falsy test."""
 
-    __slots__ = ("hooks", "before_enqueue", "worker_start", "worker_stop", "before_run",
-                 "after_success", "after_failure", "on_completed", "on_retry", "on_final_failure",
+    __slots__ = ("hooks", "before_enqueue", "after_enqueue", "worker_start", "worker_stop",
+                 "before_run", "after_success", "after_failure", "after_stopped",
+                 "on_completed", "on_retry", "on_final_failure",
                  "on_lease_lost", "on_stalled")  # fmt: skip
 
     def __init__(self, hooks: Sequence[Hook] = ()) -> None:
@@ -110,11 +130,13 @@ class Hooks:
                 raise ConfigurationError(f"a hook must be a conveyor.hooks.Hook, got {hook!r}")
         self.hooks = tuple(hooks)
         self.before_enqueue = self._bound("before_enqueue")
+        self.after_enqueue = self._bound("after_enqueue")
         self.worker_start = self._bound("worker_start")
         self.worker_stop = self._bound("worker_stop")
         self.before_run = self._bound("before_run")
         self.after_success = self._bound("after_success")
         self.after_failure = self._bound("after_failure")
+        self.after_stopped = self._bound("after_stopped")
         self.on_completed = self._bound("on_completed")
         self.on_retry = self._bound("on_retry")
         self.on_final_failure = self._bound("on_final_failure")
@@ -132,9 +154,16 @@ class Hooks:
         return Hooks(self.hooks + other.hooks)
 
     @property
+    def on_enqueue(self) -> bool:
+        """Whether any hook wants to hear about an enqueue."""
+        return bool(self.before_enqueue or self.after_enqueue)
+
+    @property
     def on_run(self) -> bool:
         """Whether any hook wants to hear about a run."""
-        return bool(self.before_run or self.after_success or self.after_failure)
+        return bool(
+            self.before_run or self.after_success or self.after_failure or self.after_stopped
+        )
 
     @property
     def on_outcome(self) -> bool:

@@ -34,6 +34,7 @@ class JobContext:
     lost: bool = False
     waited: float | None = None  # s from enqueue to start, first attempts; set for hooks
     report_log: Callable[[JobContext, list[str]], None] | None = field(default=None, repr=False)
+    headers: dict[str, str] | None = None  # given at enqueue (trace context, say)
 
     def progress(self, done: float, total: float | None = None) -> None:
         """Report progress as a fraction, or as `done` out of `total`."""

@@ -44,6 +44,12 @@ class JobLines(Hook):
     ) -> None:
         self._durations[id(job)] = duration  # told with the outcome, once it is written
 
+    def after_stopped(self, job: RunningJob, *, duration: float) -> None:
+        log.info(
+            "job %s (%s, attempt %d) stopped after %.3f s: lease lost or given back",
+            job.id, job.task, job.attempt, duration, extra=fields_of(job),
+        )  # fmt: skip
+
     def on_retry(self, job: RunningJob, *, error: str) -> None:
         self._failed(job, error, "will retry")
 

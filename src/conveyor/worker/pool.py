@@ -157,6 +157,8 @@ class JobPool:
             report_progress=self._progress,
             report_log=self._job_log,
         )
+        if claimed.headers:
+            ctx.headers = _headers(claimed.headers)
         if self._hooks and claimed.attempts == 1 and claimed.created_at_ms is not None:
             ctx.waited = max(0, now_ms - claimed.created_at_ms) / 1000
         running = Running(ctx, timeout_ms / 1000 if timeout_ms > 0 else None, handler, problem)
@@ -204,6 +206,8 @@ class JobPool:
             call_hooks(
                 hooks.after_failure, ctx, outcome.exc, error=outcome.error, duration=duration
             )
+        else:
+            call_hooks(hooks.after_stopped, ctx, duration=duration)
         return outcome
 
     def _written(self, job_id: str, what: str) -> None:
@@ -313,6 +317,14 @@ class JobPool:
         for job_id, _, _ in leases:
             self.held.pop(job_id, None)
         log.info("gave back %d unfinished job(s)", len(leases))
+
+
+def _headers(text: str) -> dict[str, str] | None:
+    try:
+        headers = serializers.loads(text)
+    except ValueError:
+        return None  # not for the run to fail on: the job's data is what it needs
+    return headers if isinstance(headers, dict) else None
 
 
 def log_failure(future: Any) -> None:
