@@ -134,7 +134,7 @@ class JobPool:
 
     # --- running ---------------------------------------------------------------------
 
-    def accept(self, claimed: ops.ClaimedJob, token: str, now_ms: int) -> None:
+    def accept(self, claimed: ops.ClaimedJob, token: str, now_ms: int | None = None) -> None:
         """Hold a claimed job and queue it for a runner."""
         handler = self._handlers.get(claimed.task or "")
         problem, data = None, None
@@ -159,8 +159,9 @@ class JobPool:
         )
         if claimed.headers:
             ctx.headers = _headers(claimed.headers)
-        if self._hooks and claimed.attempts == 1 and claimed.created_at_ms is not None:
-            ctx.waited = max(0, now_ms - claimed.created_at_ms) / 1000
+        created = claimed.created_at_ms
+        if self._hooks and claimed.attempts == 1 and now_ms is not None and created is not None:
+            ctx.waited = max(0, now_ms - created) / 1000
         running = Running(ctx, timeout_ms / 1000 if timeout_ms > 0 else None, handler, problem)
         self.held[claimed.id] = running
         self.in_flight += 1
