@@ -124,3 +124,32 @@ def test_a_bad_metrics_port_is_a_usage_error(port: str, redis_url: str) -> None:
         main, ["worker", "observe_app:tasks", "--url", redis_url, "--metrics-port", port]
     )
     assert result.exit_code == 2 and "--metrics-port" in result.output
+
+
+def test_the_asgi_app_closes_its_queues_at_lifespan_shutdown(
+    redis_url: str, queue_name: str
+) -> None:
+    async def serve() -> list[str]:
+        app = metrics_app([queue_name], url=redis_url)
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        async def no_body() -> dict[str, Any]:
+            return {"type": "http.request", "body": b""}
+
+        await app({"type": "http", "method": "GET"}, no_body, send)  # opens the queue
+        messages = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
+
+        async def lifespan() -> dict[str, Any]:
+            return next(messages)
+
+        await app({"type": "lifespan"}, lifespan, send)
+        return [m["type"] for m in sent]
+
+    # an unclosed connection would fail the test (warnings are errors)
+    assert asyncio.run(serve()) == [
+        "http.response.start", "http.response.body",
+        "lifespan.startup.complete", "lifespan.shutdown.complete",
+    ]  # fmt: skip

@@ -121,8 +121,8 @@ class Hooks:
 
     __slots__ = ("hooks", "before_enqueue", "after_enqueue", "worker_start", "worker_stop",
                  "before_run", "after_success", "after_failure", "after_stopped",
-                 "on_completed", "on_retry", "on_final_failure",
-                 "on_lease_lost", "on_stalled")  # fmt: skip
+                 "on_completed", "on_retry", "on_final_failure", "on_lease_lost", "on_stalled",
+                 "on_enqueue", "on_run", "on_outcome")  # fmt: skip
 
     def __init__(self, hooks: Sequence[Hook] = ()) -> None:
         for hook in hooks:
@@ -142,6 +142,14 @@ class Hooks:
         self.on_final_failure = self._bound("on_final_failure")
         self.on_lease_lost = self._bound("on_lease_lost")
         self.on_stalled = self._bound("on_stalled")
+        # whether any hook wants to hear about an enqueue, a run, a written outcome
+        self.on_enqueue = bool(self.before_enqueue or self.after_enqueue)
+        self.on_run = bool(
+            self.before_run or self.after_success or self.after_failure or self.after_stopped
+        )
+        self.on_outcome = bool(
+            self.on_completed or self.on_retry or self.on_final_failure or self.on_lease_lost
+        )
 
     def _bound(self, event: str) -> Bound:
         base = getattr(Hook, event)
@@ -149,27 +157,6 @@ class Hooks:
 
     def __bool__(self) -> bool:
         return bool(self.hooks)
-
-    def __add__(self, other: Hooks) -> Hooks:
-        return Hooks(self.hooks + other.hooks)
-
-    @property
-    def on_enqueue(self) -> bool:
-        """Whether any hook wants to hear about an enqueue."""
-        return bool(self.before_enqueue or self.after_enqueue)
-
-    @property
-    def on_run(self) -> bool:
-        """Whether any hook wants to hear about a run."""
-        return bool(
-            self.before_run or self.after_success or self.after_failure or self.after_stopped
-        )
-
-    @property
-    def on_outcome(self) -> bool:
-        """Whether any hook wants to hear about a recorded outcome."""
-        return bool(self.on_completed or self.on_retry or self.on_final_failure
-                    or self.on_lease_lost)  # fmt: skip
 
 
 def call(methods: Bound, *args: Any, **kwargs: Any) -> None:
