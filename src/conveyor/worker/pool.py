@@ -160,7 +160,7 @@ class JobPool:
         if claimed.headers:
             ctx.headers = _headers(claimed.headers)
         created = claimed.created_at_ms
-        if self._hooks and claimed.attempts == 1 and now_ms is not None and created is not None:
+        if self._hooks.on_run and claimed.attempts == 1 and now_ms and created is not None:
             ctx.waited = max(0, now_ms - created) / 1000
         running = Running(ctx, timeout_ms / 1000 if timeout_ms > 0 else None, handler, problem)
         self.held[claimed.id] = running
