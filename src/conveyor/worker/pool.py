@@ -330,4 +330,4 @@ def _headers(text: str) -> dict[str, str] | None:
 
 def log_failure(future: Any) -> None:
     if not future.cancelled() and future.exception() is not None:
-        log.warning("background write failed: %s", future.exception())
+        log.warning("a write to Redis in the background failed: %s", future.exception())

@@ -303,7 +303,7 @@ class Worker:
             except (ConveyorError, redis.RedisError) as exc:
                 # never exit on a failed claim: Redis may be back, or the
                 # script refused one bad record and the next call goes on
-                log.warning("claim failed (%s); retrying", exc)
+                log.warning("could not claim jobs (%s); trying again", exc)
                 await asyncio.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 5.0)
                 continue
@@ -386,7 +386,7 @@ class Worker:
             if not self._stopping:
                 raise
         except redis.RedisError as exc:
-            log.warning("waiting for jobs failed (%s)", exc)
+            log.warning("could not wait for jobs on Redis (%s); trying again", exc)
             await asyncio.sleep(0.1 + random.random() * 0.4)
         finally:
             self._wait_task = None
