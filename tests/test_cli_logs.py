@@ -46,7 +46,7 @@ def test_json_lines_for_every_job_and_its_handler(
     assert hello["message"] == "chatty says hello" and hello["logger"] == "observe_app"
     assert " completed in " in completed["message"] and completed["logger"] == "conveyor.jobs"
     failed = about[bad.id][-1]
-    assert "failed" in failed["message"] and "failed for good" in failed["message"]
+    assert failed["level"] == "warning" and "failed for good" in failed["message"]
     assert "PermanentError: broken on purpose: 7" in failed["message"]
     assert "Traceback (most recent call last)" in failed["message"]
 
@@ -60,11 +60,15 @@ def test_text_lines_with_v_after_the_subcommand_and_none_by_default(
     assert f"INFO conveyor.jobs: job {job.id} (chatty_sync, attempt 1) started" in proc.stderr
     assert f"job {job.id} (chatty_sync, attempt 1) completed in " in proc.stderr
     sync_queue.enqueue("chatty_sync", 6)
-    quiet = run_worker(redis_url, queue_name)
-    assert quiet.returncode == 0 and "conveyor.jobs" not in quiet.stderr
-    level = run_worker(redis_url, queue_name, "--log-level", "info")
-    assert level.returncode == 0 and "conveyor.jobs" not in level.stderr  # nothing left to run
-    assert "1 completed" in quiet.stdout
+    bad = sync_queue.enqueue("broken", 8)
+    quiet = run_worker(redis_url, queue_name)  # the default level: warning
+    assert quiet.returncode == 0, quiet.stderr
+    assert "started" not in quiet.stderr and "completed in" not in quiet.stderr
+    # a final failure shows by default, with its traceback
+    line = f"WARNING conveyor.jobs: job {bad.id} (broken, attempt 1) failed after "
+    assert line in quiet.stderr and "failed for good: PermanentError" in quiet.stderr
+    assert "Traceback (most recent call last)" in quiet.stderr
+    assert "1 completed, 1 failed" in quiet.stdout
 
 
 def test_the_job_log_through_the_api_and_the_cli(

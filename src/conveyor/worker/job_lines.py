@@ -1,10 +1,12 @@
 """One log line per job start, completion (with its duration) and failure
-(with its traceback), at INFO on the `conveyor.jobs` logger; every record
-carries the job's id, task, queue and attempt (`extra`), and so does every
-record a handler logs while its job runs (JobFields, for `--log-format json`).
+(with its traceback) on the `conveyor.jobs` logger: at INFO, but a final
+failure at WARNING, so that the default level shows it. Every record carries
+the job's id, task, queue and attempt (`extra`), and so does every record a
+handler logs while its job runs (JobFields, for `--log-format json`).
 
-The worker installs JobLines only when `conveyor.jobs` logs at INFO when it
-starts: at the default WARNING level it costs nothing per job.
+The worker picks the hook by the level `conveyor.jobs` logs at when it
+starts: JobLines at INFO; at WARNING JobFailureLines, which has nothing to
+do for a job that succeeds.
 """
 
 from __future__ import annotations
@@ -24,9 +26,39 @@ def fields_of(job: RunningJob) -> dict[str, Any]:
     return {"job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempt}
 
 
-class JobLines(Hook):
+class JobFailureLines(Hook):
+    """A line per failed run: a final failure at WARNING (shown by default),
+    a failure that will be retried at INFO, each with its traceback."""
+
     def __init__(self) -> None:
         self._durations: dict[int, float] = {}  # id(job) -> seconds of its failed run
+
+    def after_failure(
+        self, job: RunningJob, exc: BaseException | None, *, error: str, duration: float
+    ) -> None:
+        self._durations[id(job)] = duration  # told with the outcome, once it is written
+
+    def on_retry(self, job: RunningJob, *, error: str) -> None:
+        self._failed(job, error, logging.INFO, "will retry")
+
+    def on_final_failure(self, job: RunningJob, *, error: str) -> None:
+        self._failed(job, error, logging.WARNING, "failed for good")
+
+    def on_lease_lost(self, job: RunningJob) -> None:
+        self._durations.pop(id(job), None)
+
+    def _failed(self, job: RunningJob, error: str, level: int, what: str) -> None:
+        duration = self._durations.pop(id(job), None)
+        took = "" if duration is None else f" after {duration:.3f} s"
+        # `error` is the stored text: `Type: message`, then the traceback
+        log.log(
+            level, "job %s (%s, attempt %d) failed%s, %s: %s",
+            job.id, job.task, job.attempt, took, what, error, extra=fields_of(job),
+        )  # fmt: skip
+
+
+class JobLines(JobFailureLines):
+    """JobFailureLines, and a line per start, completion and stopped run (INFO)."""
 
     def before_run(self, job: RunningJob) -> None:
         log.info(
@@ -39,34 +71,20 @@ class JobLines(Hook):
             job.id, job.task, job.attempt, duration, extra=fields_of(job),
         )  # fmt: skip
 
-    def after_failure(
-        self, job: RunningJob, exc: BaseException | None, *, error: str, duration: float
-    ) -> None:
-        self._durations[id(job)] = duration  # told with the outcome, once it is written
-
     def after_stopped(self, job: RunningJob, *, duration: float) -> None:
         log.info(
             "job %s (%s, attempt %d) stopped after %.3f s: lease lost or given back",
             job.id, job.task, job.attempt, duration, extra=fields_of(job),
         )  # fmt: skip
 
-    def on_retry(self, job: RunningJob, *, error: str) -> None:
-        self._failed(job, error, "will retry")
 
-    def on_final_failure(self, job: RunningJob, *, error: str) -> None:
-        self._failed(job, error, "failed for good")
-
-    def on_lease_lost(self, job: RunningJob) -> None:
-        self._durations.pop(id(job), None)
-
-    def _failed(self, job: RunningJob, error: str, what: str) -> None:
-        duration = self._durations.pop(id(job), None)
-        took = "" if duration is None else f" after {duration:.3f} s"
-        # `error` is the stored text: `Type: message`, then the traceback
-        log.info(
-            "job %s (%s, attempt %d) failed%s, %s: %s",
-            job.id, job.task, job.attempt, took, what, error, extra=fields_of(job),
-        )  # fmt: skip
+def job_lines() -> Hook | None:
+    """The job lines hook for the level `conveyor.jobs` logs at now."""
+    if log.isEnabledFor(logging.INFO):
+        return JobLines()
+    if log.isEnabledFor(logging.WARNING):
+        return JobFailureLines()
+    return None
 
 
 class JobFields(logging.Filter):

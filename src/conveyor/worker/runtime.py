@@ -145,8 +145,9 @@ class Worker:
         self._runner = queue.runner
         recorder = MetricsRecorder(queue.core) if self.settings.metrics else None
         own: list[Hook] = [] if recorder is None else [recorder]
-        if job_lines.log.isEnabledFor(logging.INFO):  # else no cost per job
-            own.append(job_lines.JobLines())
+        lines = job_lines.job_lines()  # by the log level
+        if lines is not None:
+            own.append(lines)
         hooks = Hooks((*self.tasks.settings.hooks, *self._extra_hooks, *own))
         self._hooks = hooks
         jobs = JobPool(
