@@ -9,7 +9,7 @@ Two sources, two places:
   per worker process, as Prometheus counts processes.
 - A queue's state, read from Redis at each scrape (QueueCollector, and the
   async metrics_app): jobs by state, live workers, and the queue's totals
-  since it began (completed, failed, retried, stalled: docs/protocol.md §14).
+  since it began (completed, failed, retried, stalled: docs/protocol.md §15).
   The worker endpoint serves them too; `metrics_app(queues)` is an ASGI app
   for `/metrics` of a web app (the dashboard mounts it).
 

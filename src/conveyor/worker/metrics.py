@@ -100,7 +100,7 @@ class MetricsRecorder(Hook):
 
 
 def _fields(timings: Timings, sent: Timings) -> dict[str, int]:
-    """The timings fields of docs/protocol.md §14 that grew: `<kind><bucket>:<task>`
+    """The timings fields of docs/protocol.md §15 that grew: `<kind><bucket>:<task>`
     counts and `<kind>s:<task>` sums in µs."""
     fields = {}
     for (kind, task), counts in timings.items():
