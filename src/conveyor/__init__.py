@@ -4,6 +4,7 @@ from conveyor.client import AsyncQueue, Enqueued, JobRequest, Queue, QueueSettin
 from conveyor.client.events import Event
 from conveyor.client.tasks import Task, Tasks
 from conveyor.errors import ConveyorError, PermanentError
+from conveyor.hooks import Hook, RunningJob
 from conveyor.job import Job, JobState
 from conveyor.options import JobDefaults
 
@@ -12,6 +13,7 @@ __all__ = [
     "ConveyorError",
     "Enqueued",
     "Event",
+    "Hook",
     "Job",
     "JobDefaults",
     "JobRequest",
@@ -19,6 +21,7 @@ __all__ = [
     "PermanentError",
     "Queue",
     "QueueSettings",
+    "RunningJob",
     "Task",
     "Tasks",
     "WorkerInfo",
