@@ -8,8 +8,14 @@ busy (completed, failed and retried all counted) and every task fills every
 run and wait time bucket: the most the history can hold. The hour keys are
 written as record_metrics writes them, then measured with MEMORY USAGE.
 
-The time per job is that of the calls the worker's job pool makes around a
-run that succeeds (pool.py `_execute_hooked` and `_tell_outcome`), with the
+The worker's CPU time per job is measured on a real worker (in this
+process, burst mode, concurrency 100, a no-op async handler) draining N
+jobs: with no hook at all (metrics history off), then with the default
+metrics history, in alternation; CPU time rather than wall time, as the
+machine is shared.
+
+The time per job of the hook calls alone is that of the calls the worker's
+job pool makes around a run that succeeds (pool.py `_execute_hooked` and `_tell_outcome`), with the
 metrics recorder alone and with the job log lines too (to a discarding
 handler), in this process: the worker's other work per job is not in it.
 With no hook installed the pool makes none of these calls.
@@ -18,9 +24,11 @@ With no hook installed the pool makes none of these calls.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import tempfile
 import time
+from typing import Any
 
 import redis
 
@@ -71,11 +79,47 @@ def hook_cost_us(hooks: list[Hook], jobs: int) -> float:
     return (time.perf_counter() - started) / jobs * 1e6
 
 
+def worker_cpu_us(url: str, queue: str, jobs: int, **settings: Any) -> float:
+    """CPU µs per job of a burst worker draining `jobs` no-op jobs."""
+    from conveyor import Queue, Tasks
+    from conveyor.worker import Worker, WorkerSettings
+
+    tasks = Tasks(queue, url=url)
+
+    @tasks.task
+    async def noop(data: Any) -> None:
+        return None
+
+    with Queue(queue, url=url) as producer:
+        producer.enqueue_many([("noop", None)] * jobs, chunk_size=1000)
+    worker = Worker(tasks, url=url, settings=WorkerSettings(burst=True, concurrency=100,
+                                                             **settings))  # fmt: skip
+    started = time.process_time()
+    asyncio.run(worker.run())
+    return (time.process_time() - started) / jobs * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default="1,10", help="task counts, comma-separated")
     parser.add_argument("--jobs", type=int, default=200_000, help="jobs timed per hook set")
+    parser.add_argument("--worker-jobs", type=int, default=20_000, help="jobs per worker run")
+    parser.add_argument("--reps", type=int, default=3, help="worker runs per case")
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, RedisProcess(data_dir=tmp) as server:
+        print(f"worker CPU per job, {args.worker_jobs} no-op jobs, median of {args.reps}:")
+        cases: dict[str, list[float]] = {"no hook": [], "metrics history (default)": []}
+        for rep in range(args.reps):
+            cases["no hook"].append(
+                worker_cpu_us(server.url, f"nohook{rep}", args.worker_jobs, metrics=False)
+            )
+            cases["metrics history (default)"].append(
+                worker_cpu_us(server.url, f"metrics{rep}", args.worker_jobs)
+            )
+        for name, runs in cases.items():
+            runs.sort()
+            print(f"  {name:27s} {runs[len(runs) // 2]:6.1f} µs  (runs: "
+                  f"{', '.join(f'{r:.1f}' for r in runs)})")  # fmt: skip
     recorder = MetricsRecorder(QueueCore("q", QueueSettings()))
     logging.getLogger("conveyor.jobs").addHandler(logging.NullHandler())
     logging.getLogger("conveyor.jobs").setLevel(logging.INFO)

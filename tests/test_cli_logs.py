@@ -65,8 +65,8 @@ def test_text_lines_with_v_after_the_subcommand_and_none_by_default(
     assert quiet.returncode == 0, quiet.stderr
     assert "started" not in quiet.stderr and "completed in" not in quiet.stderr
     # a final failure shows by default, with its traceback
-    line = f"WARNING conveyor.jobs: job {bad.id} (broken, attempt 1) failed after "
-    assert line in quiet.stderr and "failed for good: PermanentError" in quiet.stderr
+    line = f"WARNING conveyor.jobs: job {bad.id} (broken, attempt 1) failed for good: "
+    assert line + "PermanentError: broken on purpose: 8" in quiet.stderr
     assert "Traceback (most recent call last)" in quiet.stderr
     assert "1 completed, 1 failed" in quiet.stdout
 

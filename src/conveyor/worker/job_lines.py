@@ -5,8 +5,8 @@ the job's id, task, queue and attempt (`extra`), and so does every record a
 handler logs while its job runs (JobFields, for `--log-format json`).
 
 The worker picks the hook by the level `conveyor.jobs` logs at when it
-starts: JobLines at INFO; at WARNING JobFailureLines, which has nothing to
-do for a job that succeeds.
+starts: JobLines at INFO; at WARNING JobFailureLines, which only hears of
+written failures (a job that succeeds costs it nothing).
 """
 
 from __future__ import annotations
@@ -27,38 +27,34 @@ def fields_of(job: RunningJob) -> dict[str, Any]:
 
 
 class JobFailureLines(Hook):
-    """A line per failed run: a final failure at WARNING (shown by default),
-    a failure that will be retried at INFO, each with its traceback."""
-
-    def __init__(self) -> None:
-        self._durations: dict[int, float] = {}  # id(job) -> seconds of its failed run
-
-    def after_failure(
-        self, job: RunningJob, exc: BaseException | None, *, error: str, duration: float
-    ) -> None:
-        self._durations[id(job)] = duration  # told with the outcome, once it is written
+    """A line per failed run once its outcome is written: a final failure at
+    WARNING (shown by default), one that will be retried at INFO, each with
+    its traceback. A run that succeeds costs it nothing."""
 
     def on_retry(self, job: RunningJob, *, error: str) -> None:
-        self._failed(job, error, logging.INFO, "will retry")
+        self._failed(job, error, logging.INFO, "failed{}, will retry")
 
     def on_final_failure(self, job: RunningJob, *, error: str) -> None:
-        self._failed(job, error, logging.WARNING, "failed for good")
+        self._failed(job, error, logging.WARNING, "failed for good{}")
 
-    def on_lease_lost(self, job: RunningJob) -> None:
-        self._durations.pop(id(job), None)
+    def _took(self, job: RunningJob) -> str:
+        return ""
 
     def _failed(self, job: RunningJob, error: str, level: int, what: str) -> None:
-        duration = self._durations.pop(id(job), None)
-        took = "" if duration is None else f" after {duration:.3f} s"
         # `error` is the stored text: `Type: message`, then the traceback
         log.log(
-            level, "job %s (%s, attempt %d) failed%s, %s: %s",
-            job.id, job.task, job.attempt, took, what, error, extra=fields_of(job),
+            level, "job %s (%s, attempt %d) %s: %s",
+            job.id, job.task, job.attempt, what.format(self._took(job)), error,
+            extra=fields_of(job),
         )  # fmt: skip
 
 
 class JobLines(JobFailureLines):
-    """JobFailureLines, and a line per start, completion and stopped run (INFO)."""
+    """JobFailureLines with the failed run's duration, and a line per start,
+    completion and stopped run (INFO)."""
+
+    def __init__(self) -> None:
+        self._durations: dict[int, float] = {}  # id(job) -> seconds of its failed run
 
     def before_run(self, job: RunningJob) -> None:
         log.info(
@@ -71,11 +67,23 @@ class JobLines(JobFailureLines):
             job.id, job.task, job.attempt, duration, extra=fields_of(job),
         )  # fmt: skip
 
+    def after_failure(
+        self, job: RunningJob, exc: BaseException | None, *, error: str, duration: float
+    ) -> None:
+        self._durations[id(job)] = duration  # told with the outcome, once it is written
+
     def after_stopped(self, job: RunningJob, *, duration: float) -> None:
         log.info(
             "job %s (%s, attempt %d) stopped after %.3f s: lease lost or given back",
             job.id, job.task, job.attempt, duration, extra=fields_of(job),
         )  # fmt: skip
+
+    def on_lease_lost(self, job: RunningJob) -> None:
+        self._durations.pop(id(job), None)
+
+    def _took(self, job: RunningJob) -> str:
+        duration = self._durations.pop(id(job), None)
+        return "" if duration is None else f" after {duration:.3f} s"
 
 
 def job_lines() -> Hook | None:

@@ -214,7 +214,10 @@ class JobPool:
     def _written(self, job_id: str, what: str) -> None:
         """An outcome reached Redis (or was given up): stop holding the lease."""
         running = self.held.pop(job_id, None)
-        if running is not None and self._hooks.on_outcome:
+        hooks = self._hooks
+        # the common outcome tested first: failure-only hooks cost a success nothing
+        wanted = hooks.on_completed if what == "completed" else hooks.on_outcome
+        if running is not None and wanted:
             self._tell_outcome(running, what)
         if what == "lost":
             log.warning("job %s: lease lost before its outcome was written; discarded", job_id)
