@@ -165,4 +165,9 @@ def call(methods: Bound, *args: Any, **kwargs: Any) -> None:
         try:
             method(*args, **kwargs)
         except Exception:
-            log.exception("hook %s failed; ignored", getattr(method, "__qualname__", method))
+            failed(method)
+
+
+def failed(method: Callable[..., None]) -> None:
+    """Log the exception a hook method raised (it is ignored)."""
+    log.exception("hook %s failed; ignored", getattr(method, "__qualname__", method))

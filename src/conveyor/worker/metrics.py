@@ -19,10 +19,14 @@ from conveyor import metrics
 from conveyor.client.core import QueueCore
 from conveyor.client.transport import SyncRunner
 from conveyor.hooks import Hook, RunningJob
+from conveyor.metrics import BOUNDS
 from conveyor.protocol import observe
 
-Timings = dict[tuple[str, str], list[int]]  # (kind, task) -> counts per bucket, then µs
-SLOTS = len(metrics.BOUNDS) + 2
+# task -> counts per run time bucket, the run times' sum in µs, then the same of wait times
+Timings = dict[str, list[int]]
+SLOTS = len(metrics.BOUNDS) + 2  # buckets, then the sum
+RUN_SUM, WAIT0 = SLOTS - 1, SLOTS
+WAIT_SUM = 2 * SLOTS - 1
 
 
 class MetricsRecorder(Hook):
@@ -39,17 +43,25 @@ class MetricsRecorder(Hook):
 
     # --- hooks (event loop, but on_stalled) --------------------------------------------
 
-    def before_run(self, job: RunningJob) -> None:
-        if job.waited is not None:
-            self._time(metrics.WAIT, job.task, job.waited)
-
     def after_success(self, job: RunningJob, *, duration: float) -> None:
-        self._time(metrics.RUN, job.task, duration)
+        # the wait is counted with the run's end: one hook call less per job
+        counts = self._timings.get(job.task) or self._add_task(job.task)
+        counts[bisect.bisect_left(BOUNDS, duration)] += 1
+        counts[RUN_SUM] += int(duration * 1e6)
+        waited = job.waited
+        if waited is not None:
+            counts[WAIT0 + bisect.bisect_left(BOUNDS, waited)] += 1
+            counts[WAIT_SUM] += int(waited * 1e6)
 
     def after_failure(
         self, job: RunningJob, exc: BaseException | None, *, error: str, duration: float
     ) -> None:
-        self._time(metrics.RUN, job.task, duration)
+        self.after_success(job, duration=duration)
+
+    def _add_task(self, task: str) -> list[int]:
+        counts: list[int] = [0] * (2 * SLOTS)
+        self._timings[task] = counts
+        return counts
 
     def on_completed(self, job: RunningJob) -> None:
         self._outcomes[0] += 1
@@ -64,13 +76,6 @@ class MetricsRecorder(Hook):
         self._reaped[0] += recovered
         self._reaped[1] += failed
 
-    def _time(self, kind: str, task: str, seconds: float) -> None:
-        counts = self._timings.get((kind, task))
-        if counts is None:
-            counts = self._timings[(kind, task)] = [0] * SLOTS
-        counts[bisect.bisect_left(metrics.BOUNDS, seconds)] += 1
-        counts[-1] += int(seconds * 1e6)
-
     # --- the flush (heartbeat thread; once more at shutdown) -----------------------------
 
     def flush(self, runner: SyncRunner) -> None:
@@ -79,7 +84,7 @@ class MetricsRecorder(Hook):
             outcomes, reaped = list(self._outcomes), list(self._reaped)
             # list() of a dict's items runs in C without releasing the GIL: safe
             # while the event loop adds a task
-            timings = {key: list(counts) for key, counts in list(self._timings.items())}
+            timings = {task: list(counts) for task, counts in list(self._timings.items())}
             sent_outcomes, sent_reaped, sent_timings = self._sent
             done, failed, retried = (a - b for a, b in zip(outcomes, sent_outcomes, strict=True))
             recovered, stalled_out = (a - b for a, b in zip(reaped, sent_reaped, strict=True))
@@ -103,11 +108,14 @@ def _fields(timings: Timings, sent: Timings) -> dict[str, int]:
     """The timings fields of docs/protocol.md §15 that grew: `<kind><bucket>:<task>`
     counts and `<kind>s:<task>` sums in µs."""
     fields = {}
-    for (kind, task), counts in timings.items():
-        before = sent.get((kind, task), [0] * SLOTS)
-        for bucket in range(SLOTS - 1):
-            if counts[bucket] > before[bucket]:
-                fields[f"{kind}{bucket}:{task}"] = counts[bucket] - before[bucket]
-        if counts[-1] > before[-1]:
-            fields[f"{kind}s:{task}"] = counts[-1] - before[-1]
+    for task, counts in timings.items():
+        before = sent.get(task, [0] * (2 * SLOTS))
+        for kind, first in ((metrics.RUN, 0), (metrics.WAIT, WAIT0)):
+            for bucket in range(SLOTS - 1):
+                grew = counts[first + bucket] - before[first + bucket]
+                if grew > 0:
+                    fields[f"{kind}{bucket}:{task}"] = grew
+            grew = counts[first + SLOTS - 1] - before[first + SLOTS - 1]
+            if grew > 0:
+                fields[f"{kind}s:{task}"] = grew
     return fields

@@ -26,6 +26,7 @@ from conveyor.client.tasks import Task
 from conveyor.errors import ConnectionLostError
 from conveyor.hooks import Hooks
 from conveyor.hooks import call as call_hooks
+from conveyor.hooks import failed as hook_failed
 from conveyor.protocol import observe, ops
 from conveyor.worker.acks import AckBuffer
 from conveyor.worker.context import JobContext
@@ -196,12 +197,17 @@ class JobPool:
     async def _execute_hooked(self, running: Running) -> Outcome:
         """execute() between the hooks of a run."""
         hooks, ctx = self._hooks, running.ctx
-        call_hooks(hooks.before_run, ctx)
+        if hooks.before_run:
+            call_hooks(hooks.before_run, ctx)
         started = time.perf_counter()
         outcome = await execute(running, self._executor, self._inbox.hand_on)
         duration = time.perf_counter() - started
-        if isinstance(outcome, Success):
-            call_hooks(hooks.after_success, ctx, duration=duration)
+        if type(outcome) is Success:
+            for method in hooks.after_success:  # the common case, without call_hooks' layer
+                try:
+                    method(ctx, duration=duration)
+                except Exception:
+                    hook_failed(method)
         elif isinstance(outcome, Failure):
             running.failure = outcome
             call_hooks(
@@ -228,10 +234,15 @@ class JobPool:
 
     def _tell_outcome(self, running: Running, what: str) -> None:
         hooks, ctx = self._hooks, running.ctx
-        error = running.failure.error if running.failure is not None else ""
         if what == "completed":
-            call_hooks(hooks.on_completed, ctx)
-        elif what in ("retried", "delayed"):
+            for method in hooks.on_completed:  # the common case, without call_hooks' layer
+                try:
+                    method(ctx)
+                except Exception:
+                    hook_failed(method)
+            return
+        error = running.failure.error if running.failure is not None else ""
+        if what in ("retried", "delayed"):
             call_hooks(hooks.on_retry, ctx, error=error)
         elif what == "failed":
             call_hooks(hooks.on_final_failure, ctx, error=error)
