@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml
 		{ echo "Conveyor needs Python 3.11+: run make PYTHON=python3.11 (or newer)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e '.[test,spark,django,fastapi,sqlalchemy,docs,web]'
+	$(PY) -m pip install -e '.[test,spark,django,fastapi,sqlalchemy,docs,web,prometheus,otel]'
 	touch $@
 
 lint: venv

@@ -228,8 +228,9 @@ class AsyncQueue:
         self, task: str, data: Any = None, **options: Unpack[EnqueueOptions]
     ) -> Enqueued:
         """Enqueue one job; returns once Redis acknowledged it."""
-        if self.core.hooks.before_enqueue:
-            options = self.core.before_enqueue(task, data, options)  # type: ignore[assignment]
+        if self.core.hooks.on_enqueue:
+            requests = self.core.hooked_requests([JobRequest(task, data, options)])
+            return (await self._enqueue_hooked(requests, chunk_size=1))[0]
         job_id, call, packed = self.core.enqueue_one(task, data, options)
         if not self._checked:
             await self.check()
@@ -246,9 +247,26 @@ class AsyncQueue:
         self, jobs: Iterable[JobRequest | tuple[str, Any]], *, chunk_size: int = 500
     ) -> list[Enqueued]:
         """Enqueue many jobs in pipelined chunks; every job is validated first."""
+        if self.core.hooks.on_enqueue:
+            requests = self.core.hooked_requests(jobs)
+            return await self._enqueue_hooked(requests, chunk_size=chunk_size)
         calls, ids = self.core.enqueue_many_calls(jobs, chunk_size)
         await self.check()
         return self.core.enqueued_many(ids, await self._send_enqueues(calls))
+
+    async def _enqueue_hooked(
+        self, requests: list[JobRequest], *, chunk_size: int
+    ) -> list[Enqueued]:
+        """Enqueue jobs that met before_enqueue, then tell after_enqueue."""
+        try:
+            calls, ids = self.core.enqueue_many_calls(requests, chunk_size)
+            await self.check()
+            done = self.core.enqueued_many(ids, await self._send_enqueues(calls))
+        except BaseException as exc:
+            self.core.after_enqueue(requests, None, exc)
+            raise
+        self.core.after_enqueue(requests, done, None)
+        return done
 
     async def _send_enqueues(self, calls: list[ops.Call]) -> list[Any]:
         try:

@@ -33,6 +33,7 @@ from conveyor.hooks import Hook, Hooks
 from conveyor.hooks import call as call_hooks
 from conveyor.protocol import ops
 from conveyor.timeutil import to_ms
+from conveyor.worker import job_lines
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.metrics import MetricsRecorder
 from conveyor.worker.pool import JobPool, log_failure
@@ -143,7 +144,10 @@ class Worker:
         self._queue = queue
         self._runner = queue.runner
         recorder = MetricsRecorder(queue.core) if self.settings.metrics else None
-        own = () if recorder is None else (recorder,)
+        own: list[Hook] = [] if recorder is None else [recorder]
+        lines = job_lines.job_lines()  # by the log level
+        if lines is not None:
+            own.append(lines)
         hooks = Hooks((*self.tasks.settings.hooks, *self._extra_hooks, *own))
         self._hooks = hooks
         jobs = JobPool(
@@ -302,7 +306,7 @@ class Worker:
             except (ConveyorError, redis.RedisError) as exc:
                 # never exit on a failed claim: Redis may be back, or the
                 # script refused one bad record and the next call goes on
-                log.warning("claim failed (%s); retrying", exc)
+                log.warning("could not claim jobs (%s); trying again", exc)
                 await asyncio.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 5.0)
                 continue
@@ -396,7 +400,7 @@ class Worker:
             if not self._stopping:
                 raise
         except redis.RedisError as exc:
-            log.warning("waiting for jobs failed (%s)", exc)
+            log.warning("could not wait for jobs on Redis (%s); trying again", exc)
             await asyncio.sleep(0.1 + random.random() * 0.4)
         finally:
             self._wait_task = None
