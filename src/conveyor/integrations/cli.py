@@ -17,6 +17,7 @@ from conveyor.client.connection import URL_VARIABLES
 from conveyor.client.sync import Queue
 from conveyor.client.tasks import Tasks
 from conveyor.errors import ConveyorError
+from conveyor.integrations.cli_ops import COMMANDS as OPERATOR_COMMANDS
 from conveyor.integrations.embedded import EmbeddedRedis
 from conveyor.integrations.progress import ProgressBar, follow
 from conveyor.worker.runtime import Worker, WorkerSettings
@@ -99,6 +100,8 @@ def worker(
 def info(queue: str, url: str | None) -> None:
     """Job counts per state and the live workers of QUEUE."""
     with ExitStack() as stack, Queue(queue, url=redis_url(url, stack)) as q:
+        if not q.overview().exists:
+            raise click.ClickException(f"no queue named {queue!r} on this server")
         counts = {state.value: n for state, n in q.counts().items()}
         workers = [{"id": w.id, **w.info} for w in q.workers()]
         click.echo(json.dumps({"queue": queue, "counts": counts, "workers": workers}, indent=2))
@@ -180,6 +183,10 @@ def redis() -> None:
     with EmbeddedRedis() as embedded:
         click.echo(f"embedded Redis at {embedded.url} (Ctrl-C stops it)")
         signal.sigwait(stop)
+
+
+for command in OPERATOR_COMMANDS:
+    main.add_command(command)
 
 
 def run() -> None:
