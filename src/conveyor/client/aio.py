@@ -37,6 +37,13 @@ from conveyor.client.transport import AsyncRunner, async_client, translated
 from conveyor.client.wire import AsyncWire
 from conveyor.errors import ConnectionLostError, ConveyorError, WaitTimeoutError
 from conveyor.job import Job, JobState
+from conveyor.metrics import (
+    WEEK_MINUTES,
+    MinuteCounts,
+    TaskTimings,
+    check_window,
+    task_timings,
+)
 from conveyor.options import check_job_id
 from conveyor.protocol import ops, schedules
 from conveyor.protocol.keys import PROTOCOL_VERSION, queue_registry
@@ -69,11 +76,13 @@ class AsyncQueue:
     ) -> None:
         self.core = QueueCore(name, settings or QueueSettings(), failures=failures)
         self._owns_client = client is None
+        # resolved once: with no URL configured, finding the embedded server is a probe
+        resolved = None if client is not None else resolve_url(url)
         # on a cluster, every connection goes to the master of the queue's slot
-        self.route = None if client is not None else slot_route(resolve_url(url), self.core.keys)
-        self.client = client if client is not None else connect(url, route=self.route)
+        self.route = None if resolved is None else slot_route(resolved, self.core.keys)
+        self.client = client if client is not None else connect(resolved, route=self.route)
         # scripts go over the lean wire when we made the connection ourselves
-        endpoint = None if client is not None else wire_endpoint(resolve_url(url), self.route)
+        endpoint = None if resolved is None else wire_endpoint(resolved, self.route)
         self._wire = None if endpoint is None else AsyncWire(endpoint)
         self._runner = AsyncRunner(self.client, self.core.scripts, self._wire)
         self._checked = False
@@ -134,6 +143,8 @@ class AsyncQueue:
         self, task: str, data: Any = None, **options: Unpack[EnqueueOptions]
     ) -> Enqueued:
         """Enqueue one job; returns once Redis acknowledged it."""
+        if self.core.hooks.before_enqueue:
+            options = self.core.before_enqueue(task, data, options)  # type: ignore[assignment]
         job_id, call, packed = self.core.enqueue_one(task, data, options)
         if not self._checked:
             await self.check()
@@ -384,6 +395,42 @@ class AsyncQueue:
                 else []
             )
         return self.core.workers(ids, infos)
+
+    # --- metrics history and job logs (conveyor.metrics) ---------------------------
+
+    async def metrics_history(self, *, minutes: int = 60) -> list[MinuteCounts]:
+        """Jobs completed, failed and retried per minute over the last
+        `minutes` (at most a week), oldest first, minutes without any as zeros."""
+        check_window(minutes, "minutes", WEEK_MINUTES)
+        with translated():
+            now_ms, hours, keys = self.core.history_keys(await self.client.time(), minutes)
+            raws = await self._hgetall_all(keys)
+        return self.core.history(now_ms, minutes, hours, raws)
+
+    async def task_timings(self, *, hours: int = 1) -> list[TaskTimings]:
+        """Run and wait time histograms per task, added up over the hourly
+        buckets that cover the last `hours` hours (at most a week)."""
+        check_window(hours, "hours", WEEK_MINUTES // 60)
+        with translated():
+            raws = await self._hgetall_all(self.core.timings_keys(await self.client.time(), hours))
+        return task_timings(raws)
+
+    async def totals(self) -> dict[str, int]:
+        """Jobs completed, failed, retried and stalled since the queue began."""
+        with translated():
+            return self.core.totals(await self.client.hgetall(self.core.keys.totals))
+
+    async def job_log(self, job_id: str) -> list[str]:
+        """The lines a job's handler wrote with `current_job().log(...)`."""
+        key = self.core.log_key(job_id)
+        with translated():
+            return [ops.text(line) for line in await self.client.lrange(key, 0, -1)]
+
+    async def _hgetall_all(self, keys: list[str]) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(key)
+        return list(await pipe.execute())
 
     async def events(
         self, *, after: str = "$", block: float | None = None, count: int = 100

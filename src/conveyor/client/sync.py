@@ -35,6 +35,13 @@ from conveyor.client.transport import SyncRunner, sync_client, translated
 from conveyor.client.wire import SyncWire
 from conveyor.errors import ConnectionLostError, ConveyorError, WaitTimeoutError
 from conveyor.job import Job, JobState
+from conveyor.metrics import (
+    WEEK_MINUTES,
+    MinuteCounts,
+    TaskTimings,
+    check_window,
+    task_timings,
+)
 from conveyor.options import check_job_id
 from conveyor.protocol import ops, schedules
 from conveyor.protocol.keys import PROTOCOL_VERSION, queue_registry
@@ -67,11 +74,13 @@ class Queue:
     ) -> None:
         self.core = QueueCore(name, settings or QueueSettings(), failures=failures)
         self._owns_client = client is None
+        # resolved once: with no URL configured, finding the embedded server is a probe
+        resolved = None if client is not None else resolve_url(url)
         # on a cluster, every connection goes to the master of the queue's slot
-        self.route = None if client is not None else slot_route(resolve_url(url), self.core.keys)
-        self.client = client if client is not None else connect(url, route=self.route)
+        self.route = None if resolved is None else slot_route(resolved, self.core.keys)
+        self.client = client if client is not None else connect(resolved, route=self.route)
         # scripts go over the lean wire when we made the connection ourselves
-        endpoint = None if client is not None else wire_endpoint(resolve_url(url), self.route)
+        endpoint = None if resolved is None else wire_endpoint(resolved, self.route)
         self._wire = None if endpoint is None else SyncWire(endpoint)
         self._runner = SyncRunner(self.client, self.core.scripts, self._wire)
         self._checked = False
@@ -130,6 +139,8 @@ class Queue:
 
     def enqueue(self, task: str, data: Any = None, **options: Unpack[EnqueueOptions]) -> Enqueued:
         """Enqueue one job; returns once Redis acknowledged it."""
+        if self.core.hooks.before_enqueue:
+            options = self.core.before_enqueue(task, data, options)  # type: ignore[assignment]
         job_id, call, packed = self.core.enqueue_one(task, data, options)
         if not self._checked:
             self.check()
@@ -372,6 +383,42 @@ class Queue:
                 self.client.mget([self.core.keys.worker(ops.text(i)) for i in ids]) if ids else []
             )
         return self.core.workers(ids, infos)
+
+    # --- metrics history and job logs (conveyor.metrics) ---------------------------
+
+    def metrics_history(self, *, minutes: int = 60) -> list[MinuteCounts]:
+        """Jobs completed, failed and retried per minute over the last
+        `minutes` (at most a week), oldest first, minutes without any as zeros."""
+        check_window(minutes, "minutes", WEEK_MINUTES)
+        with translated():
+            now_ms, hours, keys = self.core.history_keys(self.client.time(), minutes)
+            raws = self._hgetall_all(keys)
+        return self.core.history(now_ms, minutes, hours, raws)
+
+    def task_timings(self, *, hours: int = 1) -> list[TaskTimings]:
+        """Run and wait time histograms per task, added up over the hourly
+        buckets that cover the last `hours` hours (at most a week)."""
+        check_window(hours, "hours", WEEK_MINUTES // 60)
+        with translated():
+            raws = self._hgetall_all(self.core.timings_keys(self.client.time(), hours))
+        return task_timings(raws)
+
+    def totals(self) -> dict[str, int]:
+        """Jobs completed, failed, retried and stalled since the queue began."""
+        with translated():
+            return self.core.totals(self.client.hgetall(self.core.keys.totals))
+
+    def job_log(self, job_id: str) -> list[str]:
+        """The lines a job's handler wrote with `current_job().log(...)`."""
+        key = self.core.log_key(job_id)
+        with translated():
+            return [ops.text(line) for line in self.client.lrange(key, 0, -1)]
+
+    def _hgetall_all(self, keys: list[str]) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(key)
+        return list(pipe.execute())
 
     def events(
         self, *, after: str = "$", block: float | None = None, count: int = 100
