@@ -18,6 +18,7 @@ from conveyor.client.sync import Queue
 from conveyor.client.tasks import Tasks
 from conveyor.errors import ConveyorError
 from conveyor.integrations.cli_ops import COMMANDS as OPERATOR_COMMANDS
+from conveyor.integrations.cli_ops import require_queue
 from conveyor.integrations.embedded import EmbeddedRedis
 from conveyor.integrations.progress import ProgressBar, follow
 from conveyor.worker.runtime import Worker, WorkerSettings
@@ -108,8 +109,7 @@ def worker(
 def info(queue: str, url: str | None) -> None:
     """Job counts per state and the live workers of QUEUE."""
     with ExitStack() as stack, Queue(queue, url=redis_url(url, stack)) as q:
-        if not q.overview().exists:
-            raise click.ClickException(f"no queue named {queue!r} on this server")
+        require_queue(q)
         counts = {state.value: n for state, n in q.counts().items()}
         workers = [{"id": w.id, **w.info} for w in q.workers()]
         click.echo(json.dumps({"queue": queue, "counts": counts, "workers": workers}, indent=2))

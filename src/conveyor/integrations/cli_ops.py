@@ -48,10 +48,10 @@ def _overview_json(seen: QueueOverview, workers: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _require(queue: Queue) -> QueueOverview:
-    """The overview of a queue some client used; exit 1 saying so otherwise."""
+def require_queue(queue: Queue) -> QueueOverview:
+    """The overview of a queue some client or worker used; exit 1 saying so otherwise."""
     seen = queue.overview()
-    if not seen.exists and not any(seen.counts.values()):
+    if not seen.exists and not any(seen.counts.values()) and not queue.workers():
         known = ", ".join(queue.known_queues()) or "none"
         raise click.ClickException(f"no queue named {queue.name!r} (known queues: {known})")
     return seen
@@ -103,7 +103,7 @@ def list_jobs(
 ) -> None:  # fmt: skip
     """Jobs of QUEUE in STATE, in index order, a page at a time."""
     with open_queue(queue, url, prefix) as q:
-        seen = _require(q)
+        seen = require_queue(q)
         ids = q.job_ids(state, group=group, offset=offset, limit=limit)
         found = [j for j in q.get_many(ids) if j is not None]
     total = seen.counts[JobState(state)]
@@ -195,7 +195,7 @@ def retry(
         _each(queue, job_ids, url, prefix, as_json, "retry")
         return
     with open_queue(queue, url, prefix) as q:
-        _require(q)
+        require_queue(q)
         count = q.retry_failed()
     emit(as_json, {"retried": count}, lambda: f"retried {count} failed job(s)")
 
@@ -210,7 +210,7 @@ def _pause_command(pause: bool) -> click.Command:
     @prefix_option
     def command(queue: str, group: str | None, url: str | None, prefix: str) -> None:
         with open_queue(queue, url, prefix) as q:
-            _require(q)
+            require_queue(q)
             if group is None:
                 q.pause() if pause else q.resume()
             else:
@@ -255,7 +255,7 @@ def purge(
 ) -> None:
     """Delete every job of QUEUE in STATE (waiting covers every group)."""
     with open_queue(queue, url, prefix) as q:
-        seen = _require(q)
+        seen = require_queue(q)
         count = seen.counts[JobState(state)]
         if not yes:
             click.confirm(f"delete the {count} {state} job(s) of {queue}?", abort=True)

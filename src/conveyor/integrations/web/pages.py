@@ -45,7 +45,7 @@ async def existing(request: Request) -> tuple[AsyncQueue, QueueOverview]:
     """The queue of the path and its overview; 404 for a queue no client used."""
     queue = queue_of(request)
     seen = await queue.overview()
-    if not seen.exists and not any(seen.counts.values()):
+    if not seen.exists and not any(seen.counts.values()) and not await queue.workers():
         raise HTTPException(404, f"no queue named {queue.name!r} on this server")
     return queue, seen
 
@@ -70,10 +70,19 @@ async def index(request: Request) -> Response:
 
 async def queue_page(request: Request) -> Response:
     queue, seen = await existing(request)
-    workers = await queue.workers()
+    workers, minutes, timings = await asyncio.gather(
+        queue.workers(), queue.metrics_history(minutes=60), queue.task_timings(hours=1)
+    )
+    history = {
+        "t": [int(m.minute.timestamp()) for m in minutes],
+        "completed": [m.completed for m in minutes],
+        "failed": [m.failed for m in minutes],
+        "retried": [m.retried for m in minutes],
+    }
     return render(
         request, "queue.html", queue=seen, workers=len(workers), states=LISTED,
-        warning=idle_with_work(seen, len(workers)),
+        warning=idle_with_work(seen, len(workers)), history=history, timings=timings,
+        last_hour={k: sum(v) for k, v in history.items() if k != "t"},
     )  # fmt: skip
 
 
@@ -131,11 +140,14 @@ async def job_page(request: Request) -> Response:
     try:
         job = await queue.get(job_id)
         events = await queue.job_events(job_id) if job is not None else []
+        log = await queue.job_log(job_id) if job is not None else []
     except ValidationError as exc:
         raise HTTPException(404, str(exc)) from exc
     if job is None:
         raise HTTPException(404, f"no job {job_id!r} in {queue.name!r} (finished jobs expire)")
-    return render(request, "job.html", queue=seen, job=job, events=events, states=LISTED)
+    return render(
+        request, "job.html", queue=seen, job=job, events=events, log=log, states=LISTED
+    )
 
 
 async def workers_page(request: Request) -> Response:
