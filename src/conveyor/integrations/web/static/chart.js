@@ -10,6 +10,7 @@
     var h = JSON.parse(source.textContent);
     var opts = {
       width: Math.max(320, holder.clientWidth - 16), height: 220,
+      tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); },
       scales: { x: { time: true }, n: {}, f: {} },
       axes: [
         {},
