@@ -130,3 +130,15 @@ def test_purge_asks_first(redis_url: str, queue_name: str, sync_queue: Queue) ->
     done = _run("purge", queue_name, "waiting", url=redis_url, input="y\n")
     assert done.exit_code == 0 and "removed 4 waiting job(s)" in done.output
     assert sync_queue.counts()[JobState.WAITING] == 0
+
+
+def test_spark_commands_take_the_shared_options() -> None:
+    for name in ("archive", "report"):
+        shown = CliRunner().invoke(main, [name, "--help"])
+        assert shown.exit_code == 0, shown.output
+        for option in ("--url", "--prefix", "--master", "--queue"):
+            assert option in shown.output, (name, option)
+    missing = CliRunner().invoke(main, ["report"])
+    assert missing.exit_code == 2 and "give --archive, or at least one --queue" in missing.output
+    no_path = CliRunner().invoke(main, ["archive", "--queue", "q"])
+    assert no_path.exit_code == 2 and "--path" in no_path.output

@@ -160,29 +160,6 @@ def enqueue(
         click.echo(json.dumps({"id": done.id, "outcome": done.outcome, "state": done.state}))
 
 
-PASS_ON = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
-
-
-@main.command(context_settings=PASS_ON)
-@click.pass_context
-def archive(ctx: click.Context) -> None:
-    """Copy finished jobs into Parquet with Spark, then remove them from Redis
-    (--url --queue Q --path DIR [--finished-before] [--master]; --help for more)."""
-    from conveyor.integrations.spark.archive import main as archive_main
-
-    raise SystemExit(archive_main(ctx.args))
-
-
-@main.command(context_settings=PASS_ON)
-@click.pass_context
-def report(ctx: click.Context) -> None:
-    """Throughput, latency and failure analytics with Spark, as HTML and JSON
-    ([--url] [--queue Q] [--archive DIR] [--out DIR] [--master]; --help for more)."""
-    from conveyor.integrations.spark.report import main as report_main
-
-    raise SystemExit(report_main(ctx.args))
-
-
 @main.command()
 @click.option("--stop", is_flag=True, help="Stop the embedded Redis running here, and exit.")
 def redis(stop: bool) -> None:

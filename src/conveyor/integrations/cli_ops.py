@@ -21,6 +21,7 @@ from conveyor.integrations.cli_options import (
     url_option,
     when,
 )
+from conveyor.integrations.cli_spark import archive, report
 from conveyor.job import Job, JobState
 
 LISTED = [s.value for s in JobState if s is not JobState.WAITING_CHILDREN]
@@ -292,4 +293,4 @@ def dashboard(
 
 
 COMMANDS = [queues, jobs, retry, cancel, remove, promote, pause, resume, schedules, purge,
-            dashboard]  # fmt: skip
+            dashboard, archive, report]  # fmt: skip
