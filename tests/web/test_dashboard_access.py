@@ -11,9 +11,10 @@ import httpx
 import pytest
 import redis
 from starlette.requests import Request
+from starlette.responses import PlainTextResponse
 
 from conveyor import JobState, Queue
-from conveyor.integrations.web import DashboardSettings, dashboard_app
+from conveyor.integrations.web import DashboardSettings, dashboard_app, with_dashboard
 
 
 @pytest.fixture
@@ -131,6 +132,24 @@ async def test_mounted_in_fastapi_under_a_prefix(
         assert (await client.get("/admin/jobs/static/htmx.min.js")).status_code == 200
         job = await client.get(f"/admin/jobs/queues/{queue_name}/job?id=j1")
         assert job.status_code == 200 and "j1" in job.text
+
+
+async def test_beside_an_app_that_cannot_mount(
+    make: Any, redis_url: str, queue_name: str, sync_queue: Queue
+) -> None:
+    """with_dashboard: how a Django ASGI application serves the dashboard."""
+    sync_queue.enqueue("t", None, id="j1")
+
+    async def other(scope: Any, receive: Any, send: Any) -> None:
+        await PlainTextResponse("the other app")(scope, receive, send)
+
+    combined = with_dashboard(other, "/conveyor/", make(DashboardSettings(url=redis_url)))
+    async with _client(combined) as client:
+        assert (await client.get("/admin/")).text == "the other app"
+        assert (await client.get("/conveyorx")).text == "the other app"
+        page = await client.get(f"/conveyor/queues/{queue_name}/job?id=j1")
+        assert page.status_code == 200 and "j1" in page.text
+        assert "/conveyor/static/style.css" in page.text
 
 
 async def test_an_unknown_queue_or_state_is_a_404(
