@@ -75,6 +75,8 @@ def test_every_page_and_action(
     page.get_by_role("link", name="workers", exact=True).click()
     expect(page.locator("#workers tbody tr")).to_have_count(1)
     expect(page.locator("#workers tbody")).to_contain_text("charge, send")
+    last_beat = page.locator("#workers tbody td").nth(9)
+    expect(last_beat).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$"))
     shot(page, "03-workers")
 
     # jobs by state, paged from the index
