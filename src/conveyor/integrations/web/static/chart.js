@@ -13,7 +13,9 @@
       tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); },
       scales: { x: { time: true }, n: {}, f: {} },
       axes: [
-        {},
+        { values: function (u, splits) {  // 24-hour UTC times, like every date on the page
+          return splits.map(function (t) { return new Date(t * 1e3).toISOString().slice(11, 16); });
+        } },
         { scale: "n", label: "completed / min" },
         { scale: "f", side: 1, label: "failed, retried / min", grid: { show: false } },
       ],
