@@ -3,6 +3,10 @@ hook, CSRF, read-only, no Redis password in any page, mounting in FastAPI."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -77,8 +81,9 @@ async def test_actions_need_the_csrf_token_from_the_same_site(
     action = f"/queues/{queue_name}/do/promote"
     async with _client(app) as client:
         assert (await client.post(action, data={"id": "later"})).status_code == 403
-        await client.get(f"/queues/{queue_name}")  # sets the token's cookie
+        first = await client.get(f"/queues/{queue_name}")  # sets the token's cookie
         token = client.cookies["conveyor_csrf"]
+        assert f'name="csrf" value="{token}"' in first.text  # the first page's forms agree
         forged = await client.post(action, data={"id": "later", "csrf": "guess"})
         assert forged.status_code == 403
         foreign = await client.post(
@@ -160,3 +165,27 @@ async def test_an_unknown_queue_or_state_is_a_404(
         assert (await client.get("/queues/no-such-queue")).status_code == 404
         assert (await client.get("/queues/bad name!")).status_code == 404
         assert (await client.get(f"/queues/{queue_name}/jobs/nonsense")).status_code == 404
+
+
+def test_conveyor_dashboard_serves_on_loopback(redis_url: str, sync_queue: Queue) -> None:
+    sync_queue.enqueue("t", None, id="j1")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "conveyor.integrations.cli", "dashboard", "--url", redis_url,
+               "--port", str(port), "--read-only"]  # fmt: skip
+    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stderr is not None
+        assert f"dashboard on http://127.0.0.1:{port}/" in server.stderr.readline()
+        page = None
+        for _ in range(200):
+            try:
+                page = httpx.get(f"http://127.0.0.1:{port}/queues/{sync_queue.name}/job?id=j1")
+                break
+            except httpx.ConnectError:
+                time.sleep(0.05)
+        assert page is not None and page.status_code == 200 and "read-only" in page.text
+    finally:
+        server.terminate()
+        server.communicate(timeout=15)
