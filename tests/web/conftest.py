@@ -73,7 +73,7 @@ def serve() -> Iterator[Any]:
         served.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # not kept open while other modules' event loops run
 def browser() -> Iterator[Any]:
     if shutil.which(CHROMIUM) is None:
         pytest.fail(f"{CHROMIUM} not found: run `make tools` (apt-get install chromium)")
