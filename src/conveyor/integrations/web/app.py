@@ -67,6 +67,13 @@ class Queues:
             )
         return made[name]
 
+    async def open(self, name: str) -> AsyncQueue:
+        """The queue `name` if the dashboard shows it (named in the settings, else
+        in the registry): a made-up name in a URL opens no connection."""
+        if name not in await self.names():
+            raise LookupError(f"no queue named {name!r} on this server")
+        return self.get(name)
+
     async def names(self) -> list[str]:
         if self.settings.queues:
             return list(self.settings.queues)

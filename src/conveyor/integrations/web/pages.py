@@ -33,21 +33,19 @@ def render(request: Request, template: str, **context: Any) -> Response:
     return response
 
 
-def queue_of(request: Request) -> AsyncQueue:
+async def queue_of(request: Request) -> AsyncQueue:
+    """The queue of the path; 404 for one the dashboard does not show."""
     try:
-        queue: AsyncQueue = request.app.state.queues.get(request.path_params["name"])
-    except ValidationError as exc:
+        queue: AsyncQueue = await request.app.state.queues.open(request.path_params["name"])
+    except (LookupError, ValidationError) as exc:
         raise HTTPException(404, str(exc)) from exc
     return queue
 
 
 async def existing(request: Request) -> tuple[AsyncQueue, QueueOverview]:
-    """The queue of the path and its overview; 404 for a queue no client used."""
-    queue = queue_of(request)
-    seen = await queue.overview()
-    if not seen.exists and not any(seen.counts.values()) and not await queue.workers():
-        raise HTTPException(404, f"no queue named {queue.name!r} on this server")
-    return queue, seen
+    """The queue of the path and its overview."""
+    queue = await queue_of(request)
+    return queue, await queue.overview()
 
 
 def idle_with_work(seen: QueueOverview, workers: int) -> bool:
