@@ -358,13 +358,16 @@ class AsyncQueue:
         group: str | None = None,
         offset: int = 0,
         limit: int = 100,
+        reverse: bool = False,
     ) -> list[str]:
         """Ids of jobs in `state`, in index order (waiting: run order, ungrouped
         jobs or one `group`'s; delayed: due time; active: lease deadline;
-        finished: expiry)."""
+        finished: expiry), or from its end with `reverse` (finished: newest
+        first)."""
         key = self.core.index_of(state, group)
+        read = self.client.zrevrange if reverse else self.client.zrange
         with translated():
-            ids = await self.client.zrange(key, offset, offset + limit - 1)
+            ids = await read(key, offset, offset + limit - 1)
         return [ops.text(i) for i in ids]
 
     async def find(self, field: str, value: str | int, *, limit: int = 100) -> list[Job]:

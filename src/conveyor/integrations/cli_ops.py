@@ -22,7 +22,7 @@ from conveyor.integrations.cli_options import (
     when,
 )
 from conveyor.integrations.cli_spark import archive, report
-from conveyor.job import Job, JobState
+from conveyor.job import FINISHED_STATES, Job, JobState
 
 LISTED = [s.value for s in JobState if s is not JobState.WAITING_CHILDREN]
 COUNTED = ("waiting", "delayed", "active", "completed", "failed")
@@ -102,10 +102,12 @@ def list_jobs(
     queue: str, state: str, group: str | None, offset: int, limit: int,
     url: str | None, prefix: str, as_json: bool,
 ) -> None:  # fmt: skip
-    """Jobs of QUEUE in STATE, in index order, a page at a time."""
+    """Jobs of QUEUE in STATE, a page at a time: waiting in run order, delayed
+    soonest first, completed and failed newest first."""
     with open_queue(queue, url, prefix) as q:
         seen = require_queue(q)
-        ids = q.job_ids(state, group=group, offset=offset, limit=limit)
+        newest_first = JobState(state) in FINISHED_STATES
+        ids = q.job_ids(state, group=group, offset=offset, limit=limit, reverse=newest_first)
         found = [j for j in q.get_many(ids) if j is not None]
     total = seen.counts[JobState(state)]
     rows = [_job_json(j) for j in found]

@@ -16,6 +16,7 @@ from conveyor.client.aio import AsyncQueue
 from conveyor.client.inspect import QueueOverview
 from conveyor.errors import ValidationError
 from conveyor.integrations.web.access import csrf_token, remember_csrf
+from conveyor.job import FINISHED_STATES as FINISHED
 from conveyor.job import JobState
 
 # The states listed page by page, in the order of a job's life.
@@ -97,7 +98,9 @@ async def jobs_page(request: Request) -> Response:
     page = max(1, _int(request.query_params.get("page"), 1))
     size = request.app.state.settings.page_size
     try:
-        ids = await queue.job_ids(state, group=group, offset=(page - 1) * size, limit=size)
+        ids = await queue.job_ids(
+            state, group=group, offset=(page - 1) * size, limit=size, reverse=state in FINISHED
+        )
     except ValidationError as exc:
         raise HTTPException(400, str(exc)) from exc
     total = seen.counts[state] if group is None else next(
