@@ -4,7 +4,6 @@ workers, schedules. Every read goes through the public client API."""
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -28,7 +27,7 @@ LISTED = (
 
 def render(request: Request, template: str, **context: Any) -> Response:
     settings = request.app.state.settings
-    context.update(read_only=settings.read_only, csrf=csrf_token(request), now=datetime.now(UTC))
+    context.update(read_only=settings.read_only, csrf=csrf_token(request))
     response: Response = request.app.state.templates.TemplateResponse(request, template, context)
     remember_csrf(request, response)
     return response
