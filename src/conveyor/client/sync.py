@@ -382,13 +382,16 @@ class Queue:
         group: str | None = None,
         offset: int = 0,
         limit: int = 100,
+        reverse: bool = False,
     ) -> list[str]:
         """Ids of jobs in `state`, in index order (waiting: run order, ungrouped
         jobs or one `group`'s; delayed: due time; active: lease deadline;
-        finished: expiry)."""
+        finished: expiry), or from its end with `reverse` (finished: newest
+        first)."""
         key = self.core.index_of(state, group)
+        read = self.client.zrevrange if reverse else self.client.zrange
         with translated():
-            ids = self.client.zrange(key, offset, offset + limit - 1)
+            ids = read(key, offset, offset + limit - 1)
         return [ops.text(i) for i in ids]
 
     def find(self, field: str, value: str | int, *, limit: int = 100) -> list[Job]:
@@ -550,12 +553,19 @@ class Queue:
         return sum(self._drain(key, "remove", "removed", batch) for key in keys)
 
     def _drain(self, key: str, what: str, done: Any, batch: int) -> int:
-        """Apply control `what` to the ids of index `key`, page by page, until
-        it holds only ids the control left in place (skipped by offset)."""
-        total = offset = 0
+        """Apply control `what` to the ids of index `key` up to its last score
+        now, page by page; ids the control leaves in place are stepped over by
+        offset, and ids that come back (a retried job failing again at once)
+        score later, so the walk ends."""
+        with translated():
+            last = self.client.zrange(key, -1, -1, withscores=True)
+        if not last:
+            return 0
+        top, total, offset = last[0][1], 0, 0
         while True:
             with translated():
-                ids = [ops.text(i) for i in self.client.zrange(key, offset, offset + batch - 1)]
+                page = self.client.zrangebyscore(key, "-inf", top, start=offset, num=batch)
+            ids = [ops.text(i) for i in page]
             if not ids:
                 return total
             replies = self._send([self.core.control_call(what, i) for i in ids])

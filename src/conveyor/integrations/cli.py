@@ -20,6 +20,8 @@ from conveyor.errors import ConveyorError
 from conveyor.hooks import Hook
 from conveyor.integrations import logs
 from conveyor.integrations.cli_observe import log_command
+from conveyor.integrations.cli_ops import COMMANDS as OPERATOR_COMMANDS
+from conveyor.integrations.cli_ops import require_queue
 from conveyor.integrations.embedded import EmbeddedRedis
 from conveyor.integrations.progress import ProgressBar, follow
 from conveyor.worker.runtime import Worker, WorkerSettings
@@ -195,6 +197,7 @@ def metrics_endpoint(
 def info(queue: str, url: str | None) -> None:
     """Job counts per state and the live workers of QUEUE."""
     with ExitStack() as stack, Queue(queue, url=redis_url(url, stack)) as q:
+        require_queue(q)
         counts = {state.value: n for state, n in q.counts().items()}
         workers = [{"id": w.id, **w.info} for w in q.workers()]
         click.echo(json.dumps({"queue": queue, "counts": counts, "workers": workers}, indent=2))
@@ -280,29 +283,6 @@ def _check_task_runs(queue: Queue, task: str) -> None:
         )
 
 
-PASS_ON = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
-
-
-@main.command(context_settings=PASS_ON)
-@click.pass_context
-def archive(ctx: click.Context) -> None:
-    """Copy finished jobs into Parquet with Spark, then remove them from Redis
-    (--url --queue Q --path DIR [--finished-before] [--master]; --help for more)."""
-    from conveyor.integrations.spark.archive import main as archive_main
-
-    raise SystemExit(archive_main(ctx.args))
-
-
-@main.command(context_settings=PASS_ON)
-@click.pass_context
-def report(ctx: click.Context) -> None:
-    """Throughput, latency and failure analytics with Spark, as HTML and JSON
-    ([--url] [--queue Q] [--archive DIR] [--out DIR] [--master]; --help for more)."""
-    from conveyor.integrations.spark.report import main as report_main
-
-    raise SystemExit(report_main(ctx.args))
-
-
 @main.command()
 @click.option("--stop", is_flag=True, help="Stop the embedded Redis running here, and exit.")
 def redis(stop: bool) -> None:
@@ -327,6 +307,8 @@ def redis(stop: bool) -> None:
 
 
 main.add_command(log_command)
+for command in OPERATOR_COMMANDS:
+    main.add_command(command)
 
 
 def run() -> None:

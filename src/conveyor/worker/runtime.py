@@ -243,6 +243,7 @@ class Worker:
                 "queue": self.tasks.queue_name,
                 "concurrency": self.settings.concurrency,
                 "started_at": self._started,
+                "beat_at": time.time(),  # this heartbeat's, for the roll call's readers
                 "tasks": sorted(self.handlers),
                 "failures": self.settings.failures,
                 "running": self._in_flight,
