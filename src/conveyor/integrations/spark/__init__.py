@@ -73,17 +73,16 @@ def trim_events(
     """Trim `queue`'s events stream up to the slowest registered consumer (streaming reads
     with `consumerName`), keeping at least the last `keep_seconds`; returns entries removed.
     With no consumer registered and no `keep_seconds`, nothing is removed."""
-    import redis
-
-    from conveyor.client.core import QueueCore, QueueSettings
+    from conveyor.client.core import QueueSettings
 
     from . import store
+    from .options import Target
 
-    keys = QueueCore(queue, QueueSettings(prefix=prefix)).keys
-    client = redis.Redis.from_url(url)
+    target = Target(url, queue, prefix, QueueSettings().events_maxlen)
+    client = target.client()
     try:
         keep = None if keep_seconds is None else round(keep_seconds * 1000)
-        return store.trim_events(client, keys, keep_ms=keep)
+        return store.trim_events(client, target.keys(), keep_ms=keep)
     finally:
         client.close()
 
