@@ -13,6 +13,7 @@ from conveyor import JobState, Queue  # noqa: E402
 from conveyor.client.tasks import Tasks  # noqa: E402
 from support.cluster import cluster_url, owner_port, start_cluster  # noqa: E402
 from support.servers import ServerFactory  # noqa: E402
+from support.workers import WorkerRunner, wait_until  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -28,7 +29,7 @@ def _spread(nodes: list[Any], count: int, tag: str) -> list[str]:
 
 
 def test_write_read_and_apply_on_a_cluster(
-    spark: Any, server_factory: ServerFactory, worker_runner: Any, queue_name: str
+    spark: Any, server_factory: ServerFactory, queue_name: str
 ) -> None:
     from conveyor.spark import apply
 
@@ -51,8 +52,14 @@ def test_write_read_and_apply_on_a_cluster(
     async def double(data: dict[str, int]) -> int:
         return data["n"] * 2
 
-    worker_runner.start(tasks, concurrency=20)
-    out = apply(spark.range(50).selectExpr("id AS n"), queue=queues[0], task="double",
-                url=url, timeout=120)  # fmt: skip
+    workers = WorkerRunner(url)
+    try:
+        workers.start(tasks, concurrency=20)
+        with Queue(queues[0], url=url) as q:
+            wait_until(lambda: q.counts()[JobState.COMPLETED] == 200, timeout=60)
+        out = apply(spark.range(50).selectExpr("id AS n"), queue=queues[0], task="double",
+                    url=url, timeout=120)  # fmt: skip
+    finally:
+        workers.stop_all()
     rows = {r["n"]: r for r in out.collect()}
     assert len(rows) == 50 and rows[21]["result"] == "42" and rows[21]["state"] == "completed"
