@@ -106,8 +106,15 @@ class AsyncQueue:
         self._owns_client = client is None
         # resolved once: with no URL configured, finding the embedded server is a probe
         self._url = None if client is not None else resolve_url(url)
-        # on a cluster, every connection goes to the master of the queue's slot
-        self.route = None if self._url is None else slot_route(self._url, self.core.keys)
+        # on a cluster, every connection goes to the master of the queue's slot (a client
+        # passed in made by cluster.sync_pool / async_pool carries its route)
+        self.route = (
+            slot_route(self._url, self.core.keys)
+            if self._url is not None
+            else client.connection_pool.connection_kwargs.get("route")
+            if client is not None
+            else None
+        )
         self._client = (
             client
             if client is not None

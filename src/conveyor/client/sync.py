@@ -80,8 +80,15 @@ class Queue:
         self._owns_client = client is None
         # resolved once: with no URL configured, finding the embedded server is a probe
         resolved = None if client is not None else resolve_url(url)
-        # on a cluster, every connection goes to the master of the queue's slot
-        self.route = None if resolved is None else slot_route(resolved, self.core.keys)
+        # on a cluster, every connection goes to the master of the queue's slot (a client
+        # passed in made by cluster.sync_pool / async_pool carries its route)
+        self.route = (
+            slot_route(resolved, self.core.keys)
+            if resolved is not None
+            else client.connection_pool.connection_kwargs.get("route")
+            if client is not None
+            else None
+        )
         self._client = (
             client
             if client is not None
