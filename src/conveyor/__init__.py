@@ -8,6 +8,7 @@ from conveyor.client.flows import ChildrenCounts, ChildrenResults, FlowEnqueued,
 from conveyor.client.pipelines import Step
 from conveyor.client.tasks import Task, Tasks
 from conveyor.errors import ConveyorError, PermanentError
+from conveyor.hooks import Hook, RunningJob
 from conveyor.job import Job, JobState
 from conveyor.options import JobDefaults
 
@@ -21,6 +22,7 @@ __all__ = [
     "FlowEnqueued",
     "FlowJob",
     "FlowNode",
+    "Hook",
     "Job",
     "JobDefaults",
     "JobRequest",
@@ -28,6 +30,7 @@ __all__ = [
     "PermanentError",
     "Queue",
     "QueueSettings",
+    "RunningJob",
     "Step",
     "Task",
     "Tasks",

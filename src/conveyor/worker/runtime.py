@@ -34,6 +34,7 @@ from conveyor.hooks import Hook, Hooks
 from conveyor.hooks import call as call_hooks
 from conveyor.protocol import ops
 from conveyor.timeutil import to_ms
+from conveyor.worker import job_lines
 from conveyor.worker.courier import Courier
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.metrics import MetricsRecorder
@@ -146,7 +147,10 @@ class Worker:
         self._queue = queue
         self._runner = queue.runner
         recorder = MetricsRecorder(queue.core) if self.settings.metrics else None
-        own = () if recorder is None else (recorder,)
+        own: list[Hook] = [] if recorder is None else [recorder]
+        lines = job_lines.job_lines()  # by the log level
+        if lines is not None:
+            own.append(lines)
         hooks = Hooks((*self.tasks.settings.hooks, *self._extra_hooks, *own))
         self._hooks = hooks
         courier = None
@@ -255,6 +259,7 @@ class Worker:
                 "queue": self.tasks.queue_name,
                 "concurrency": self.settings.concurrency,
                 "started_at": self._started,
+                "beat_at": time.time(),  # this heartbeat's, for the roll call's readers
                 "tasks": sorted(n for n in self.handlers if n != PIPELINE_TASK),
                 "failures": self.settings.failures,
                 "running": self._in_flight,
@@ -318,7 +323,7 @@ class Worker:
             except (ConveyorError, redis.RedisError) as exc:
                 # never exit on a failed claim: Redis may be back, or the
                 # script refused one bad record and the next call goes on
-                log.warning("claim failed (%s); retrying", exc)
+                log.warning("could not claim jobs (%s); trying again", exc)
                 await asyncio.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 5.0)
                 continue
@@ -417,7 +422,7 @@ class Worker:
             if not self._stopping:
                 raise
         except redis.RedisError as exc:
-            log.warning("waiting for jobs failed (%s)", exc)
+            log.warning("could not wait for jobs on Redis (%s); trying again", exc)
             await asyncio.sleep(0.1 + random.random() * 0.4)
         finally:
             self._wait_task = None
