@@ -6,6 +6,7 @@ from conveyor.client import AsyncQueue, Enqueued, JobRequest, Queue, QueueSettin
 from conveyor.client.events import Event
 from conveyor.client.tasks import Task, Tasks
 from conveyor.errors import ConveyorError, PermanentError
+from conveyor.hooks import Hook, RunningJob
 from conveyor.job import Job, JobState
 from conveyor.options import JobDefaults
 
@@ -14,6 +15,7 @@ __all__ = [
     "ConveyorError",
     "Enqueued",
     "Event",
+    "Hook",
     "Job",
     "JobDefaults",
     "JobRequest",
@@ -21,6 +23,7 @@ __all__ = [
     "PermanentError",
     "Queue",
     "QueueSettings",
+    "RunningJob",
     "Task",
     "Tasks",
     "WorkerInfo",

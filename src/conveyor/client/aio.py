@@ -107,8 +107,15 @@ class AsyncQueue:
         self._owns_client = client is None
         # resolved once: with no URL configured, finding the embedded server is a probe
         self._url = None if client is not None else resolve_url(url)
-        # on a cluster, every connection goes to the master of the queue's slot
-        self.route = None if self._url is None else slot_route(self._url, self.core.keys)
+        # on a cluster, every connection goes to the master of the queue's slot (a client
+        # passed in made by cluster.sync_pool / async_pool carries its route)
+        self.route = (
+            slot_route(self._url, self.core.keys)
+            if self._url is not None
+            else client.connection_pool.connection_kwargs.get("route")
+            if client is not None
+            else None
+        )
         self._client = (
             client
             if client is not None
@@ -236,8 +243,9 @@ class AsyncQueue:
         self, task: str, data: Any = None, **options: Unpack[EnqueueOptions]
     ) -> Enqueued:
         """Enqueue one job; returns once Redis acknowledged it."""
-        if self.core.hooks.before_enqueue:
-            options = self.core.before_enqueue(task, data, options)  # type: ignore[assignment]
+        if self.core.hooks.on_enqueue:
+            requests = self.core.hooked_requests([JobRequest(task, data, options)])
+            return (await self._enqueue_hooked(requests, chunk_size=1))[0]
         job_id, call, packed = self.core.enqueue_one(task, data, options)
         if not self._checked:
             await self.check()
@@ -254,9 +262,26 @@ class AsyncQueue:
         self, jobs: Iterable[JobRequest | tuple[str, Any]], *, chunk_size: int = 500
     ) -> list[Enqueued]:
         """Enqueue many jobs in pipelined chunks; every job is validated first."""
+        if self.core.hooks.on_enqueue:
+            requests = self.core.hooked_requests(jobs)
+            return await self._enqueue_hooked(requests, chunk_size=chunk_size)
         calls, ids = self.core.enqueue_many_calls(jobs, chunk_size)
         await self.check()
         return self.core.enqueued_many(ids, await self._send_enqueues(calls))
+
+    async def _enqueue_hooked(
+        self, requests: list[JobRequest], *, chunk_size: int
+    ) -> list[Enqueued]:
+        """Enqueue jobs that met before_enqueue, then tell after_enqueue."""
+        try:
+            calls, ids = self.core.enqueue_many_calls(requests, chunk_size)
+            await self.check()
+            done = self.core.enqueued_many(ids, await self._send_enqueues(calls))
+        except BaseException as exc:
+            self.core.after_enqueue(requests, None, exc)
+            raise
+        self.core.after_enqueue(requests, done, None)
+        return done
 
     async def _send_enqueues(self, calls: list[ops.Call]) -> list[Any]:
         try:
@@ -448,13 +473,16 @@ class AsyncQueue:
         group: str | None = None,
         offset: int = 0,
         limit: int = 100,
+        reverse: bool = False,
     ) -> list[str]:
         """Ids of jobs in `state`, in index order (waiting: run order, ungrouped
         jobs or one `group`'s; delayed: due time; active: lease deadline;
-        finished: expiry)."""
+        finished: expiry), or from its end with `reverse` (finished: newest
+        first)."""
         key = self.core.index_of(state, group)
+        read = self.client.zrevrange if reverse else self.client.zrange
         with translated():
-            ids = await self.client.zrange(key, offset, offset + limit - 1)
+            ids = await read(key, offset, offset + limit - 1)
         return [ops.text(i) for i in ids]
 
     async def find(self, field: str, value: str | int, *, limit: int = 100) -> list[Job]:
@@ -618,14 +646,19 @@ class AsyncQueue:
         return sum([await self._drain(key, "remove", "removed", batch) for key in keys])
 
     async def _drain(self, key: str, what: str, done: Any, batch: int) -> int:
-        """Apply control `what` to the ids of index `key`, page by page, until
-        it holds only ids the control left in place (skipped by offset)."""
-        total = offset = 0
+        """Apply control `what` to the ids of index `key` up to its last score
+        now, page by page; ids the control leaves in place are stepped over by
+        offset, and ids that come back (a retried job failing again at once)
+        score later, so the walk ends."""
+        with translated():
+            last = await self.client.zrange(key, -1, -1, withscores=True)
+        if not last:
+            return 0
+        top, total, offset = last[0][1], 0, 0
         while True:
             with translated():
-                ids = [
-                    ops.text(i) for i in await self.client.zrange(key, offset, offset + batch - 1)
-                ]
+                page = await self.client.zrangebyscore(key, "-inf", top, start=offset, num=batch)
+            ids = [ops.text(i) for i in page]
             if not ids:
                 return total
             replies = await self._send([self.core.control_call(what, i) for i in ids])

@@ -19,7 +19,13 @@ from redis import exceptions as rx
 
 from conveyor.client.cluster import SlotRedirect, SlotRoute, async_pool, sync_pool
 from conveyor.client.connection import connection_options
-from conveyor.client.wire import AsyncWire, HandshakeError, SyncWire, handshake_error
+from conveyor.client.wire import (
+    AsyncWire,
+    HandshakeError,
+    SyncWire,
+    handshake_answered,
+    handshake_error,
+)
 from conveyor.errors import (
     ConfigurationError,
     ConnectionLostError,
@@ -86,6 +92,7 @@ def _handshake(connection: Any) -> None:
     except (rx.ConnectionError, rx.TimeoutError, rx.InvalidResponse) as exc:
         # InvalidResponse: the port answered, but not in RESP (not Redis)
         raise handshake_error(connection._host_error(), exc) from exc
+    handshake_answered(connection._host_error())
 
 
 async def _handshake_async(connection: Any) -> None:
@@ -99,6 +106,7 @@ async def _handshake_async(connection: Any) -> None:
         raise
     except (rx.ConnectionError, rx.TimeoutError, rx.InvalidResponse) as exc:
         raise handshake_error(connection._host_error(), exc) from exc
+    handshake_answered(connection._host_error())
 
 
 def sync_client(url: str, route: SlotRoute | None = None, **overrides: Any) -> redis.Redis:

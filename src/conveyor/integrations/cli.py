@@ -17,6 +17,11 @@ from conveyor.client.connection import URL_VARIABLES
 from conveyor.client.sync import Queue
 from conveyor.client.tasks import Tasks
 from conveyor.errors import ConveyorError
+from conveyor.hooks import Hook
+from conveyor.integrations import logs
+from conveyor.integrations.cli_observe import log_command
+from conveyor.integrations.cli_ops import COMMANDS as OPERATOR_COMMANDS
+from conveyor.integrations.cli_ops import require_queue
 from conveyor.integrations.embedded import EmbeddedRedis
 from conveyor.integrations.progress import ProgressBar, follow
 from conveyor.worker.runtime import Worker, WorkerSettings
@@ -73,13 +78,37 @@ def redis_url(url: str | None, stack: ExitStack) -> str:
     return embedded.url
 
 
-@click.group()
+class ConveyorGroup(click.Group):
+    """The logging options work after a subcommand too (`conveyor worker app:tasks -v`)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, logs.hoist_logging_options(args))
+
+
+@click.group(cls=ConveyorGroup)
 @click.version_option(package_name="conveyor", message="conveyor %(version)s")
-@click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
-def main(verbose: int) -> None:
-    """Conveyor: a Redis-backed job queue."""
-    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+@click.option(
+    "-v", "--verbose", count=True, help="More logging: -v a line per job (info), -vv debug."
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(logs.LEVELS, case_sensitive=False),
+    default=None,
+    help="Log level (default: warning; overrides -v).",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(logs.FORMATS),
+    default="text",
+    show_default=True,
+    help="json: one object per line, with job_id, task, queue and attempt for jobs.",
+)
+def main(verbose: int, log_level: str | None, log_format: str) -> None:
+    """Conveyor: a Redis-backed job queue.
+
+    The logging options may also follow the subcommand."""
+    level = log_level or ["warning", "info", "debug"][min(verbose, 2)]
+    logs.configure(level, log_format)
 
 
 @main.command()
@@ -96,6 +125,18 @@ def main(verbose: int) -> None:
 )  # fmt: skip
 @click.option("--burst", is_flag=True, help="Drain the queue, then exit.")
 @click.option("--failures", is_flag=True, help="Run the failure handlers' jobs instead.")
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    help="Serve Prometheus metrics on this port (the prometheus extra).",
+)
+@click.option(
+    "--metrics-history/--no-metrics-history",
+    default=True,
+    show_default=True,
+    help="Keep the queue's metrics history in Redis.",
+)
 def worker(
     target: str,
     url: str | None,
@@ -104,14 +145,25 @@ def worker(
     grace: float,
     burst: bool,
     failures: bool,
+    metrics_port: int | None,
+    metrics_history: bool,
 ) -> None:
     """Run a worker for the tasks at TARGET (module:attribute)."""
     tasks = load_tasks(target)
     settings = WorkerSettings(
-        concurrency=concurrency, lease=lease, grace=grace, burst=burst, failures=failures
+        concurrency=concurrency,
+        lease=lease,
+        grace=grace,
+        burst=burst,
+        failures=failures,
+        metrics=metrics_history,
     )
     with ExitStack() as stack:
-        run = Worker(tasks, url=redis_url(url or tasks.url, stack), settings=settings)
+        resolved = redis_url(url or tasks.url, stack)
+        hooks = []
+        if metrics_port is not None:
+            hooks.append(metrics_endpoint(metrics_port, tasks, resolved, failures, stack))
+        run = Worker(tasks, url=resolved, settings=settings, hooks=hooks)
         click.echo(f"worker {run.id}: queue {tasks.queue_name!r}, tasks {sorted(tasks.handlers)}")
         run.run_sync()
         click.echo(f"worker {run.id}: {run.processed} completed, {run.failed} failed")
@@ -123,12 +175,29 @@ def worker(
     os._exit(0)
 
 
+def metrics_endpoint(
+    port: int, tasks: Tasks, url: str, failures: bool, stack: ExitStack
+) -> Hook:
+    """Serve the worker's Prometheus metrics on `port`; the hook that feeds them."""
+    try:
+        from conveyor.integrations.prometheus import worker_endpoint
+    except ImportError as exc:
+        raise click.UsageError(
+            f"--metrics-port needs prometheus-client: pip install 'conveyor[prometheus]' ({exc})"
+        ) from exc
+    queue = stack.enter_context(Queue(tasks.queue_name, url=url, settings=tasks.settings))
+    hook = worker_endpoint(port, queue.failure_lane() if failures else queue)
+    click.echo(f"Prometheus metrics on http://0.0.0.0:{port}/metrics", err=True)
+    return hook
+
+
 @main.command()
 @click.argument("queue", default="default")
 @url_option
 def info(queue: str, url: str | None) -> None:
     """Job counts per state and the live workers of QUEUE."""
     with ExitStack() as stack, Queue(queue, url=redis_url(url, stack)) as q:
+        require_queue(q)
         counts = {state.value: n for state, n in q.counts().items()}
         workers = [{"id": w.id, **w.info} for w in q.workers()]
         click.echo(json.dumps({"queue": queue, "counts": counts, "workers": workers}, indent=2))
@@ -214,29 +283,6 @@ def _check_task_runs(queue: Queue, task: str) -> None:
         )
 
 
-PASS_ON = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
-
-
-@main.command(context_settings=PASS_ON)
-@click.pass_context
-def archive(ctx: click.Context) -> None:
-    """Copy finished jobs into Parquet with Spark, then remove them from Redis
-    (--url --queue Q --path DIR [--finished-before] [--master]; --help for more)."""
-    from conveyor.integrations.spark.archive import main as archive_main
-
-    raise SystemExit(archive_main(ctx.args))
-
-
-@main.command(context_settings=PASS_ON)
-@click.pass_context
-def report(ctx: click.Context) -> None:
-    """Throughput, latency and failure analytics with Spark, as HTML and JSON
-    ([--url] [--queue Q] [--archive DIR] [--out DIR] [--master]; --help for more)."""
-    from conveyor.integrations.spark.report import main as report_main
-
-    raise SystemExit(report_main(ctx.args))
-
-
 @main.command()
 @click.option("--stop", is_flag=True, help="Stop the embedded Redis running here, and exit.")
 def redis(stop: bool) -> None:
@@ -258,6 +304,11 @@ def redis(stop: bool) -> None:
         signal.sigwait(signals)
         embedded.shutdown()
         click.echo("stopped")
+
+
+main.add_command(log_command)
+for command in OPERATOR_COMMANDS:
+    main.add_command(command)
 
 
 def run() -> None:

@@ -23,7 +23,7 @@ NEW_ARITY = 3  # enqueue_new's ARGV entries per job: id, task, data
 # One job of an enqueue_new call: (id, task, data).
 NewJob = tuple[str, str, str]
 # Fields per job in the claim script's reply (see claim.lua).
-CLAIM_ARITY = 14
+CLAIM_ARITY = 15
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +95,8 @@ class JobSpec:
 
     # the caller chose the id (else it is a fresh random one: no stale entry)
     given_id: bool = True
+    # headers that travel with the job (trace context): compact JSON text, or ''
+    headers: str = ""
 
     def argv(self) -> tuple[Arg, ...]:
         index = "\n".join(f"{field}:{value}" for field, value in self.index) if self.index else ""
@@ -108,6 +110,7 @@ class JobSpec:
             and self.run_at_ms is None
             and not self.lifo
             and not self.group
+            and not self.headers
             and (self.rules is _DEFAULT_RULES or self.rules == _DEFAULT_RULES)
             and (
                 self.priority, self.max_failures, self.max_stalls, self.min_backoff_ms,
@@ -137,6 +140,8 @@ class JobSpec:
             opts.append("lifo=1")
         if self.group:
             opts.append(f"group={self.group}")
+        if self.headers:
+            opts.append(f"headers={self.headers}")
         if self.rules != _DEFAULT_RULES:
             opts.extend(self.rules.options())
         if self.given_id:
@@ -169,6 +174,7 @@ class ClaimedJob:
     priority: int | None
     created_at_ms: int | None
     schedule: str | None = None  # the schedule id of a repeatable job's tick
+    headers: str | None = None  # JSON text of the headers given at enqueue
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +325,7 @@ def decode_claim(reply: Sequence[Any]) -> ClaimReply:
                 priority=_int(f[11]),
                 created_at_ms=_int(f[12]),
                 schedule=None if f[13] is None else text(f[13]),
+                headers=None if f[14] is None else text(f[14]),
             )
         )
     return ClaimReply(int(reply[0]), _optional_ms(reply[1]), jobs, int(reply[2]) == 1)

@@ -55,7 +55,11 @@ class AckBuffer:
                 delay = 0.05
             except (ConnectionLostError, OSError) as exc:
                 # Re-sending is safe: a run that was already ended refuses the write.
-                log.warning("acknowledging %d job(s) failed, retrying: %s", len(batch), exc)
+                log.warning(
+                    "could not write the outcomes of %d job(s) (%s); writing them again",
+                    len(batch),
+                    exc,
+                )
                 self._pending = batch + self._pending
                 await asyncio.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 5.0)
@@ -64,7 +68,11 @@ class AckBuffer:
             except Exception:
                 # A script refused the batch (a corrupt record, say): write the
                 # jobs one by one, so one bad job cannot hold back the others.
-                log.exception("acknowledging %d job(s) failed; writing them one by one", len(batch))
+                log.exception(
+                    "Redis refused the outcomes of %d job(s) written together; "
+                    "writing them one by one",
+                    len(batch),
+                )
                 await self._write_each(batch)
             if not self._pending:
                 self._idle.set()

@@ -5,6 +5,7 @@ from conveyor.worker import current_job
 def resize(data):
     job = current_job()
     job.progress(3, 10)     # or job.progress(0.3)
+    job.log("resized 3 of 10")  # the job's own log
 """
 
 from __future__ import annotations
@@ -32,11 +33,23 @@ class JobContext:
     report_progress: Callable[[JobContext, float], None] = field(repr=False)
     lost: bool = False
     waited: float | None = None  # s from enqueue to start, first attempts; set for hooks
+    report_log: Callable[[JobContext, list[str]], None] | None = field(default=None, repr=False)
+    headers: dict[str, str] | None = None  # given at enqueue (trace context, say)
 
     def progress(self, done: float, total: float | None = None) -> None:
         """Report progress as a fraction, or as `done` out of `total`."""
         fraction = _fraction(done, total)
         self.report_progress(self, fraction)
+
+    def log(self, *lines: str) -> None:
+        """Append lines to this job's own log (`Queue.job_log(id)`, `conveyor
+        log`): its last 1000 lines are kept as long as the job's record. A
+        line written after the lease was lost is dropped."""
+        if self.report_log is None:
+            raise ConveyorError("this job has no log writer")
+        texts = [str(line) for line in lines]
+        if texts:
+            self.report_log(self, texts)
 
 
 def _fraction(done: float, total: float | None) -> float:
@@ -58,6 +71,11 @@ def current_job() -> JobContext:
     if job is None:
         raise ConveyorError("current_job() called outside a running job")
     return job
+
+
+def current_job_or_none() -> JobContext | None:
+    """The job being run by the calling code, or None outside a job."""
+    return _current.get()
 
 
 def set_current(job: JobContext | None) -> None:

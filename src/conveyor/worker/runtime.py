@@ -33,6 +33,7 @@ from conveyor.hooks import Hook, Hooks
 from conveyor.hooks import call as call_hooks
 from conveyor.protocol import ops
 from conveyor.timeutil import to_ms
+from conveyor.worker import job_lines
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.metrics import MetricsRecorder
 from conveyor.worker.pool import JobPool, log_failure
@@ -143,7 +144,10 @@ class Worker:
         self._queue = queue
         self._runner = queue.runner
         recorder = MetricsRecorder(queue.core) if self.settings.metrics else None
-        own = () if recorder is None else (recorder,)
+        own: list[Hook] = [] if recorder is None else [recorder]
+        lines = job_lines.job_lines()  # by the log level
+        if lines is not None:
+            own.append(lines)
         hooks = Hooks((*self.tasks.settings.hooks, *self._extra_hooks, *own))
         self._hooks = hooks
         jobs = JobPool(
@@ -239,6 +243,7 @@ class Worker:
                 "queue": self.tasks.queue_name,
                 "concurrency": self.settings.concurrency,
                 "started_at": self._started,
+                "beat_at": time.time(),  # this heartbeat's, for the roll call's readers
                 "tasks": sorted(self.handlers),
                 "failures": self.settings.failures,
                 "running": self._in_flight,
@@ -270,7 +275,9 @@ class Worker:
 
     @property
     def _in_flight(self) -> int:
-        return 0 if self._jobs is None else self._jobs.in_flight
+        """Leases held here (claimed, running or awaiting acknowledgement):
+        what claims are bounded by, and what `alone` and idleness mean."""
+        return 0 if self._jobs is None else self._jobs.holding
 
     def _died(self, task: asyncio.Task[Any]) -> None:
         """A runner or the ack writer must never end on its own: if one does,
@@ -300,7 +307,7 @@ class Worker:
             except (ConveyorError, redis.RedisError) as exc:
                 # never exit on a failed claim: Redis may be back, or the
                 # script refused one bad record and the next call goes on
-                log.warning("claim failed (%s); retrying", exc)
+                log.warning("could not claim jobs (%s); trying again", exc)
                 await asyncio.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 5.0)
                 continue
@@ -394,7 +401,7 @@ class Worker:
             if not self._stopping:
                 raise
         except redis.RedisError as exc:
-            log.warning("waiting for jobs failed (%s)", exc)
+            log.warning("could not wait for jobs on Redis (%s); trying again", exc)
             await asyncio.sleep(0.1 + random.random() * 0.4)
         finally:
             self._wait_task = None
