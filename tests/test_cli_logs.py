@@ -86,6 +86,12 @@ def test_the_job_log_through_the_api_and_the_cli(
     assert json.loads(as_json.output) == ["sync line 3"]
     missing = runner.invoke(main, ["log", queue_name, "nope", "--url", redis_url])
     assert missing.exit_code == 1 and "no job 'nope'" in missing.output
+    # a logging handler sends the records of a job's run to its log
+    c = sync_queue.enqueue("logged", None)
+    assert run_worker(redis_url, queue_name).returncode == 0
+    assert sync_queue.job_log(c.id) == [
+        "INFO observe_app.joblog: step 1 of 2", "WARNING observe_app.joblog: step 2 of 2"
+    ]  # fmt: skip
     # the log goes with its record
     assert sync_queue.remove(a.id) == "removed"
     assert sync_queue.job_log(a.id) == []

@@ -1,6 +1,7 @@
 """The worker runtime: wait, claim, run, heartbeat, acknowledge, recover, stop."""
 
 from conveyor.worker.context import JobContext, current_job, running
+from conveyor.worker.job_lines import JobLogHandler
 from conveyor.worker.runtime import Worker, WorkerSettings
 
-__all__ = ["JobContext", "Worker", "WorkerSettings", "current_job", "running"]
+__all__ = ["JobContext", "JobLogHandler", "Worker", "WorkerSettings", "current_job", "running"]
