@@ -1,5 +1,7 @@
 """Conveyor: a Redis-backed distributed job queue with a written protocol."""
 
+from importlib.metadata import PackageNotFoundError, version
+
 from conveyor.client import AsyncQueue, Enqueued, JobRequest, Queue, QueueSettings, WorkerInfo
 from conveyor.client.events import Event
 from conveyor.client.tasks import Task, Tasks
@@ -26,4 +28,7 @@ __all__ = [
     "Tasks",
     "WorkerInfo",
 ]
-__version__ = "0.1.0"
+try:  # one source: the version pyproject.toml gave the installed package
+    __version__ = version("conveyor")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"

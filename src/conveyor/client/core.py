@@ -16,6 +16,7 @@ from typing import Any, Literal, TypedDict
 from conveyor import metrics, serializers
 from conveyor.client import resp
 from conveyor.errors import (
+    ConfigurationError,
     ConnectionLostError,
     EvictionPolicyError,
     JobFailedError,
@@ -85,6 +86,13 @@ class QueueSettings:
     eviction_check: EvictionCheck = "error"
     defaults: JobDefaults = field(default_factory=JobDefaults)
     hooks: tuple[Hook, ...] = ()  # conveyor.hooks: run by producers and workers
+    # connections of the client's pool: commands running at once (every
+    # wait_result of the client shares one); one more fails at once, unsent
+    max_connections: int = 100
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_connections, int) or self.max_connections < 2:
+            raise ConfigurationError("max_connections must be an int of at least 2")
 
 
 @dataclass(frozen=True, slots=True)

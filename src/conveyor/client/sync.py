@@ -33,6 +33,7 @@ from conveyor.client.core import (
 )
 from conveyor.client.events import Event, decode_events
 from conveyor.client.transport import SyncRunner, sync_client, translated
+from conveyor.client.waits import SyncWaits
 from conveyor.client.wire import SyncWire
 from conveyor.errors import ConnectionLostError, ConveyorError, WaitTimeoutError
 from conveyor.job import Job, JobState
@@ -50,11 +51,13 @@ from conveyor.protocol.keys import PROTOCOL_VERSION, queue_registry
 log = logging.getLogger("conveyor")
 
 
-def connect(url: str | None = None, *, route: SlotRoute | None = None) -> redis.Redis:
+def connect(
+    url: str | None = None, *, route: SlotRoute | None = None, max_connections: int = 100
+) -> redis.Redis:
     """A redis-py client for `url` (or the environment), bytes replies; on a
     cluster, connected to the master of `route`'s slot."""
     resolved = resolve_url(url)
-    return sync_client(resolved, needs_route(resolved, route))
+    return sync_client(resolved, needs_route(resolved, route), max_connections=max_connections)
 
 
 class Queue:
@@ -77,15 +80,34 @@ class Queue:
         self._owns_client = client is None
         # resolved once: with no URL configured, finding the embedded server is a probe
         resolved = None if client is not None else resolve_url(url)
-        # on a cluster, every connection goes to the master of the queue's slot
-        self.route = None if resolved is None else slot_route(resolved, self.core.keys)
-        self.client = client if client is not None else connect(resolved, route=self.route)
+        # on a cluster, every connection goes to the master of the queue's slot (a client
+        # passed in made by cluster.sync_pool / async_pool carries its route)
+        self.route = (
+            slot_route(resolved, self.core.keys)
+            if resolved is not None
+            else client.connection_pool.connection_kwargs.get("route")
+            if client is not None
+            else None
+        )
+        self._client = (
+            client
+            if client is not None
+            else connect(
+                resolved, route=self.route, max_connections=self.core.settings.max_connections
+            )
+        )
         # scripts go over the lean wire when we made the connection ourselves
         endpoint = None if resolved is None else wire_endpoint(resolved, self.route)
         self._wire = None if endpoint is None else SyncWire(endpoint)
-        self._runner = SyncRunner(self.client, self.core.scripts, self._wire)
+        self._runner = SyncRunner(self._client, self.core.scripts, self._wire)
+        self._waits = SyncWaits(self._client, self.core.keys, self._done_element)
         self._checked = False
-        self._pool_options = self.client.connection_pool.connection_kwargs
+        self._pool_options = self._client.connection_pool.connection_kwargs
+
+    @property
+    def client(self) -> redis.Redis:
+        """The redis-py client."""
+        return self._client
 
     @property
     def name(self) -> str:
@@ -103,6 +125,7 @@ class Queue:
         self.close()
 
     def close(self) -> None:
+        self._waits.close()
         if self._wire is not None:
             self._wire.close()
         if self._owns_client:
@@ -366,13 +389,16 @@ class Queue:
         group: str | None = None,
         offset: int = 0,
         limit: int = 100,
+        reverse: bool = False,
     ) -> list[str]:
         """Ids of jobs in `state`, in index order (waiting: run order, ungrouped
         jobs or one `group`'s; delayed: due time; active: lease deadline;
-        finished: expiry)."""
+        finished: expiry), or from its end with `reverse` (finished: newest
+        first)."""
         key = self.core.index_of(state, group)
+        read = self.client.zrevrange if reverse else self.client.zrange
         with translated():
-            ids = self.client.zrange(key, offset, offset + limit - 1)
+            ids = read(key, offset, offset + limit - 1)
         return [ops.text(i) for i in ids]
 
     def find(self, field: str, value: str | int, *, limit: int = 100) -> list[Job]:
@@ -462,6 +488,14 @@ class Queue:
                 after = event.stream_id
                 yield event
 
+    def _done_element(self, job_id: str) -> Any:
+        """The element of done:<id>, if any (LINDEX: it stays for every waiter)."""
+        key = self.core.keys.done(job_id)
+        with translated():
+            if self._wire is not None:
+                return self._wire.call("LINDEX", key, -1)
+            return self._client.lindex(key, -1)
+
     # --- operating (the dashboard and the operator's CLI) ----------------------
 
     def known_queues(self) -> list[str]:
@@ -526,12 +560,19 @@ class Queue:
         return sum(self._drain(key, "remove", "removed", batch) for key in keys)
 
     def _drain(self, key: str, what: str, done: Any, batch: int) -> int:
-        """Apply control `what` to the ids of index `key`, page by page, until
-        it holds only ids the control left in place (skipped by offset)."""
-        total = offset = 0
+        """Apply control `what` to the ids of index `key` up to its last score
+        now, page by page; ids the control leaves in place are stepped over by
+        offset, and ids that come back (a retried job failing again at once)
+        score later, so the walk ends."""
+        with translated():
+            last = self.client.zrange(key, -1, -1, withscores=True)
+        if not last:
+            return 0
+        top, total, offset = last[0][1], 0, 0
         while True:
             with translated():
-                ids = [ops.text(i) for i in self.client.zrange(key, offset, offset + batch - 1)]
+                page = self.client.zrangebyscore(key, "-inf", top, start=offset, num=batch)
+            ids = [ops.text(i) for i in page]
             if not ids:
                 return total
             replies = self._send([self.core.control_call(what, i) for i in ids])
@@ -543,16 +584,10 @@ class Queue:
         """Block on Redis until the job finishes; its result, or JobFailedError,
         JobNotFoundError, or WaitTimeoutError after `timeout` seconds."""
         reply = ops.decode_await(self._runner.run(self.core.await_call(job_id)))
-        deadline = time.monotonic() + timeout
-        done_key = self.core.keys.done(job_id)
-        while reply.state == "pending":
-            left = deadline - time.monotonic()
-            if left <= 0:
+        if reply.state == "pending":
+            # every wait of this client shares one blocking connection (waits.py)
+            element = self._waits.wait(job_id, timeout)
+            if element is None:
                 raise WaitTimeoutError(f"job {job_id!r} did not finish within {timeout} s")
-            with translated():
-                # redis-py types the timeout as int; Redis takes decimal seconds
-                block: Any = block_slice(self._pool_options, left)
-                element = self.client.blmove(done_key, done_key, block, "RIGHT", "LEFT")
-            if element is not None:
-                reply = ops.decode_done(element)
+            reply = ops.decode_done(element)
         return self.core.outcome(job_id, reply)

@@ -360,6 +360,23 @@ def fail(keys: QueueKeys, items: Sequence[FailItem], *, events_maxlen: int) -> C
     )  # fmt: skip
 
 
+def policy(keys: QueueKeys, job_id: str, token: str, options: Sequence[tuple[str, int]]) -> Call:
+    """Give a claimed job its task's options where it has none (policy.lua);
+    `options`: (name, value) pairs, times in ms."""
+    args: list[Arg] = [job_id, token]
+    for name, value in options:
+        args.extend((name, value))
+    return Call("policy", (keys.base,), tuple(args))
+
+
+def decode_policy(reply: Sequence[Any]) -> int | None:
+    """The timeout (ms) in force; None when the lease is lost."""
+    status = text(reply[0])
+    if status == "bad":
+        raise ValueError("policy.lua refused an option name or value")
+    return int(reply[1]) if status == "ok" else None
+
+
 def decode_fail(reply: Sequence[Any]) -> list[str]:
     return [text(x) for x in reply]
 

@@ -17,6 +17,7 @@ SCRIPT_NAMES = (
     "claim",
     "heartbeat",
     "progress",
+    "policy",
     "complete",
     "fail",
     "reap",

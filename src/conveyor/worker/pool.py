@@ -23,7 +23,7 @@ from typing import Any
 from conveyor import serializers
 from conveyor.client.aio import AsyncQueue
 from conveyor.client.tasks import Task
-from conveyor.errors import ConnectionLostError
+from conveyor.errors import ConnectionLostError, ConveyorError
 from conveyor.hooks import Hooks
 from conveyor.hooks import call as call_hooks
 from conveyor.hooks import failed as hook_failed
@@ -31,6 +31,7 @@ from conveyor.protocol import observe, ops
 from conveyor.worker.acks import AckBuffer
 from conveyor.worker.context import JobContext
 from conveyor.worker.execution import Failure, Outcome, Running, Success, execute
+from conveyor.worker.policy import policies, policy_call
 
 log = logging.getLogger("conveyor.worker")
 
@@ -104,9 +105,11 @@ class JobPool:
         self._queue_name = queue.name
         self._worker_id = worker_id
         self._handlers = handlers
+        self._policies = policies(handlers, queue.core)  # the tasks' run-time options
+        self._policy_calls: dict[str, ops.Call] = {}
         self._concurrency = concurrency
         self._lease = lease
-        self._freed = freed  # set whenever a job finishes
+        self._freed = freed  # set whenever a job finishes or a lease is let go
         self._hooks = hooks or Hooks()
         self._all_done = asyncio.Event()
         self._all_done.set()
@@ -133,6 +136,21 @@ class JobPool:
         """(job id, token) of every lease held; read by the heartbeat thread."""
         return [(i, r.ctx.token) for i, r in list(self.held.items())]
 
+    @property
+    def holding(self) -> int:
+        """Leases held: claimed, running, or finished and awaiting their
+        acknowledgement. The worker claims only while this is below its
+        concurrency, so a worker that dies takes at most `concurrency` jobs
+        with it (docs/reliability.md G3)."""
+        return len(self.held)
+
+    def _drop(self, job_id: str) -> Running | None:
+        """Stop holding a lease: a slot is free for the next claim."""
+        running = self.held.pop(job_id, None)
+        if running is not None:
+            self._freed.set()
+        return running
+
     # --- running ---------------------------------------------------------------------
 
     def accept(self, claimed: ops.ClaimedJob, token: str, now_ms: int | None = None) -> None:
@@ -141,6 +159,10 @@ class JobPool:
         problem, data = None, None
         if handler is None:
             problem = f"UnknownTaskError: no task {claimed.task!r} in this worker"
+            log.error(
+                "job %s: no task %r in this worker (it runs %s); failing it for good",
+                claimed.id, claimed.task, sorted(self._handlers) or "nothing",
+            )  # fmt: skip
         else:
             try:
                 data = serializers.loads(claimed.data or b"")
@@ -163,6 +185,11 @@ class JobPool:
         created = claimed.created_at_ms
         if self._hooks.on_run and claimed.attempts == 1 and now_ms and created is not None:
             ctx.waited = max(0, now_ms - created) / 1000
+        policy = self._policies.get(claimed.task or "")
+        if policy and problem is None:
+            self._policy_calls[claimed.id] = policy_call(
+                self._queue.core, claimed.id, token, policy
+            )
         running = Running(ctx, timeout_ms / 1000 if timeout_ms > 0 else None, handler, problem)
         self.held[claimed.id] = running
         self.in_flight += 1
@@ -175,6 +202,8 @@ class JobPool:
         while True:
             running = await inbox.get()
             try:
+                if running.ctx.id in self._policy_calls:
+                    await self._apply_policy(running)
                 if not running.ctx.lost:  # its lease may have gone while it waited
                     if self._hooks.on_run:
                         outcome = await self._execute_hooked(running)
@@ -187,12 +216,25 @@ class JobPool:
                         running.ended = True
                         self._acks.add(running.ctx.id, running.ctx.token, outcome)
                         continue
-                self.held.pop(running.ctx.id, None)
+                self._drop(running.ctx.id)
             finally:
                 self.in_flight -= 1
                 self._freed.set()
                 if not self.in_flight:
                     self._all_done.set()
+
+    async def _apply_policy(self, running: Running) -> None:
+        """Give the job its task's options where it carries none (policy.py)."""
+        call = self._policy_calls.pop(running.ctx.id)
+        try:
+            timeout_ms = ops.decode_policy(await self._queue.runner.run(call))
+        except ConveyorError as exc:  # Redis away: the job runs on the options it carries
+            log.warning("job %s: task options not applied (%s)", running.ctx.id, exc)
+            return
+        if timeout_ms is None:
+            running.ctx.lost = True
+        else:
+            running.timeout = timeout_ms / 1000 if timeout_ms > 0 else None
 
     async def _execute_hooked(self, running: Running) -> Outcome:
         """execute() between the hooks of a run."""
@@ -219,7 +261,7 @@ class JobPool:
 
     def _written(self, job_id: str, what: str) -> None:
         """An outcome reached Redis (or was given up): stop holding the lease."""
-        running = self.held.pop(job_id, None)
+        running = self._drop(job_id)
         hooks = self._hooks
         # the common outcome tested first: failure-only hooks cost a success nothing
         wanted = hooks.on_completed if what == "completed" else hooks.on_outcome
@@ -330,7 +372,7 @@ class JobPool:
                 "could not give back %d job(s) (%s): they return on lease expiry", len(leases), exc
             )
         for job_id, _, _ in leases:
-            self.held.pop(job_id, None)
+            self._drop(job_id)
         log.info("gave back %d unfinished job(s)", len(leases))
 
 

@@ -243,6 +243,7 @@ class Worker:
                 "queue": self.tasks.queue_name,
                 "concurrency": self.settings.concurrency,
                 "started_at": self._started,
+                "beat_at": time.time(),  # this heartbeat's, for the roll call's readers
                 "tasks": sorted(self.handlers),
                 "failures": self.settings.failures,
                 "running": self._in_flight,
@@ -274,7 +275,9 @@ class Worker:
 
     @property
     def _in_flight(self) -> int:
-        return 0 if self._jobs is None else self._jobs.in_flight
+        """Leases held here (claimed, running or awaiting acknowledgement):
+        what claims are bounded by, and what `alone` and idleness mean."""
+        return 0 if self._jobs is None else self._jobs.holding
 
     def _died(self, task: asyncio.Task[Any]) -> None:
         """A runner or the ack writer must never end on its own: if one does,
@@ -317,6 +320,11 @@ class Worker:
                 continue
             if self.settings.burst and self._drained(reply):
                 return
+            if self.settings.burst and self._in_flight and reply.next_due_ms is None:
+                # draining: the next thing that can change is a job of ours
+                # ending (a block on Redis would sit out idle_wait after it)
+                await self._until_one_ends()
+                continue
             await self._wait_for_work(reply)
 
     async def _until_idle(self) -> None:
@@ -325,6 +333,12 @@ class Worker:
             self._slot_freed.clear()
             await self._slot_freed.wait()
         self._suspect = None
+
+    async def _until_one_ends(self) -> None:
+        """Wait until a job running here ends (or the worker stops)."""
+        self._slot_freed.clear()
+        if self._in_flight and not self._stopping:
+            await self._slot_freed.wait()
 
     def _drained(self, reply: ops.ClaimReply) -> bool:
         """Burst mode ends when nothing is ready or running here and no
