@@ -8,6 +8,7 @@ import dataclasses
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import timedelta
+from threading import get_ident
 from typing import Any, Unpack
 
 import redis
@@ -140,6 +141,7 @@ class AsyncQueue:
         self._wire: AsyncWire | None = None
         self._runner = self._connections()
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop it is used on
+        self._thread = 0  # the thread that loop runs in
         self._closer: AsyncIterator[None] | None = None
         self._closer_start: asyncio.Task[None] | None = None
         self._checked = False
@@ -156,7 +158,9 @@ class AsyncQueue:
     @property
     def client(self) -> redis.asyncio.Redis:
         """The redis-py client, for the running event loop."""
-        self._follow_loop()
+        loop = self._loop
+        if loop is None or self._thread != get_ident() or not loop.is_running():
+            self._follow_loop()
         return self._client
 
     def _follow_loop(self) -> None:
@@ -186,7 +190,7 @@ class AsyncQueue:
                 self._url, route=self.route, max_connections=self.core.settings.max_connections
             )
             self._runner = self._connections()
-        self._loop = loop
+        self._loop, self._thread = loop, get_ident()
         owned = self._client if self._owns_client else None
         self._closer = _closed_with_the_loop(self._waits, self._wire, owned)
         self._closer_start = loop.create_task(_start(self._closer))
@@ -198,7 +202,11 @@ class AsyncQueue:
     @property
     def runner(self) -> AsyncRunner:
         """Runs this queue's scripts (over the lean wire when there is one)."""
-        self._follow_loop()
+        loop = self._loop
+        # no asyncio.get_running_loop() here: on Python 3.11 it makes a getpid()
+        # system call, and every enqueue passes here
+        if loop is None or self._thread != get_ident() or not loop.is_running():
+            self._follow_loop()
         return self._runner
 
     async def __aenter__(self) -> AsyncQueue:
