@@ -43,9 +43,12 @@ __all__ = [
 ]
 
 # State -> (index key, record key pattern). `blocked` rows are the blocked twins of
-# running singletons (same id as the active job). waiting_children has no index.
-STATES: tuple[str, ...] = ("waiting", "delayed", "active", "completed", "failed", "blocked")
-_LIVE_INDEXES = ("ready", "scheduled", "active", "completed", "failed")
+# running singletons (same id as the active job); `waiting_children` rows are flow parents
+# waiting for their children (docs/protocol.md §14).
+STATES: tuple[str, ...] = (
+    "waiting", "delayed", "active", "completed", "failed", "blocked", "waiting_children",
+)  # fmt: skip
+_LIVE_INDEXES = ("ready", "scheduled", "active", "completed", "failed", "waiting_children")
 
 
 def index_key(keys: QueueKeys, state: str) -> str:
@@ -57,6 +60,7 @@ def index_key(keys: QueueKeys, state: str) -> str:
         JobState.COMPLETED: keys.completed,
         JobState.FAILED: keys.failed,
         JobState.BLOCKED: keys.blocked,
+        JobState.WAITING_CHILDREN: keys.waiting_children,
     }[JobState(state)]
 
 
