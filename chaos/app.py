@@ -7,6 +7,7 @@ Configured by environment variables (set by the harness):
     CHAOS_SCRATCH        a directory for "has this job run before?" markers
     CHAOS_EVENTS_MAXLEN  events stream length (large, so the checker can count completions)
     CHAOS_EVICTION       eviction_check of the queue settings (error | warn | ignore)
+    CHAOS_MIN_REPLICAS   min_replicas of the queue settings (outcomes WAIT for replicas)
 
 A job's data says what its handler does (every key optional):
 
@@ -42,6 +43,8 @@ QUEUE = os.environ.get("CHAOS_QUEUE", "chaos")
 _SETTINGS = QueueSettings(
     events_maxlen=int(os.environ.get("CHAOS_EVENTS_MAXLEN", "2000000")),
     eviction_check=os.environ.get("CHAOS_EVICTION", "error"),  # type: ignore[arg-type]
+    min_replicas=int(os.environ.get("CHAOS_MIN_REPLICAS", "0")),
+    replica_timeout=2.0,
 )
 tasks = Tasks(QUEUE, url=os.environ.get("CHAOS_URL") or None, settings=_SETTINGS)
 

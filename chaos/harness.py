@@ -26,7 +26,7 @@ import redis
 
 from chaos.ledger import Ledger
 from conveyor import JobRequest, Queue, QueueSettings
-from conveyor.client.cluster import SlotRoute, is_cluster_url
+from conveyor.client.connection import slot_route
 from conveyor.errors import ConnectionLostError, UncertainWriteError
 from conveyor.integrations.redis_server import RedisProcess, find_redis_server
 from conveyor.protocol.keys import QueueKeys
@@ -61,9 +61,10 @@ def settings(**overrides: Any) -> QueueSettings:
 
 def admin(url: str, queue: str = "chaos", **kwargs: Any) -> redis.Redis:
     """A raw client for the harness's own inspection and fault injection; for
-    a redis+cluster:// URL, on the master that serves `queue`'s slot."""
-    if is_cluster_url(url):
-        route = SlotRoute.for_tag(url, QueueKeys("conveyor", queue).base)
+    a redis+cluster:// URL, on the master that serves `queue`'s slot; for a
+    redis+sentinel:// URL, on the service's master of now."""
+    route = slot_route(url, QueueKeys("conveyor", queue))
+    if route is not None:
         url = route.url_for(*route.address())
     return redis.Redis.from_url(url, socket_connect_timeout=2, **kwargs)
 
@@ -267,9 +268,11 @@ class Producer:
         queue: str = "chaos",
         aof: Callable[[], int] | None = None,
         client: redis.Redis | None = None,
+        min_replicas: int = 0,
     ) -> None:
         self.scene = scene
-        self.queue = Queue(queue, url=url, client=client, settings=settings())
+        durability = {"min_replicas": min_replicas, "replica_timeout": 2.0} if min_replicas else {}
+        self.queue = Queue(queue, url=url, client=client, settings=settings(**durability))
         self.aof = aof
         self.acked: set[str] = set()
         # id -> when the acknowledged call was sent: the ledger's time is when the ack was

@@ -15,6 +15,7 @@ ConveyorError
 │   └── OutOfMemoryError                    maxmemory reached: the write was refused
 ├── ConnectionLostError                     Redis unreachable
 │   └── UncertainWriteError                 sent, no reply: the write may have been applied
+│       └── UnreplicatedWriteError          applied, but WAIT saw too few replicas get it
 ├── JobNotFoundError (also KeyError)
 ├── JobFailedError                          wait_result(): the job failed for good
 ├── WaitTimeoutError (also TimeoutError)    wait_result(): no outcome within the timeout
@@ -91,6 +92,13 @@ class UncertainWriteError(ConnectionLostError):
     raised. Enqueueing again yourself is a new call: safe for a job that has
     not started; for a job already running it waits as its blocked twin and
     runs again after (the singleton rule)."""
+
+
+class UnreplicatedWriteError(UncertainWriteError):
+    """With QueueSettings(min_replicas=N): the write was applied on the master,
+    but WAIT did not see N replicas acknowledge it within replica_timeout. It
+    survives unless the master fails before a replica gets it; the client has
+    already re-sent an enqueue (and waited again) before raising this."""
 
 
 class JobNotFoundError(ConveyorError, KeyError):

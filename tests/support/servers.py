@@ -26,6 +26,15 @@ class ServerFactory:
     def servers(self) -> tuple[RedisProcess, ...]:
         return tuple(self._servers)
 
+    @property
+    def binary(self) -> str:
+        return self._binary
+
+    def adopt(self, server: RedisProcess) -> RedisProcess:
+        """A server started some other way (a sentinel, say), stopped at teardown too."""
+        self._servers.append(server)
+        return server
+
     def __call__(
         self,
         *,

@@ -15,7 +15,7 @@ import redis
 import redis.asyncio
 
 from conveyor.client import inspect
-from conveyor.client.cluster import SlotRoute
+from conveyor.client.cluster import Route, SlotRoute
 from conveyor.client.connection import (
     block_slice,
     needs_route,
@@ -74,7 +74,7 @@ log = logging.getLogger("conveyor")
 
 
 def connect(
-    url: str | None = None, *, route: SlotRoute | None = None, max_connections: int = 100
+    url: str | None = None, *, route: Route | None = None, max_connections: int = 100
 ) -> redis.asyncio.Redis:
     """A redis-py client for `url` (or the environment), bytes replies; on a
     cluster, connected to the master of `route`'s slot."""
@@ -153,7 +153,7 @@ class AsyncQueue:
         endpoint = None if self._url is None else wire_endpoint(self._url, self.route)
         self._wire = None if endpoint is None else AsyncWire(endpoint)
         self._waits = AsyncWaits(self._client, self.core.keys, self._done_element)
-        return AsyncRunner(self._client, self.core.scripts, self._wire)
+        return AsyncRunner(self._client, self.core.scripts, self._wire, self.core.replica_wait)
 
     @property
     def client(self) -> redis.asyncio.Redis:
@@ -248,7 +248,8 @@ class AsyncQueue:
             for warning in self.core.check_server(str(version), policy):
                 log.warning("%s", warning)
             await self.client.hsetnx(self.core.keys.meta, "version", PROTOCOL_VERSION)
-            if self.route is None and not self.core.failures:  # a cluster has no one slot for it
+            # a cluster has no one slot for the registry
+            if not isinstance(self.route, SlotRoute) and not self.core.failures:
                 # the registry is outside the queue's keys: an ACL user may not reach it
                 with contextlib.suppress(redis.exceptions.NoPermissionError):
                     await self.client.sadd(queue_registry(self.core.settings.prefix), self.name)

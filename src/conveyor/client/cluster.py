@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -40,8 +41,53 @@ REDIRECTS = (rx.MovedError, rx.AskError, rx.TryAgainError, rx.ClusterDownError)
 
 
 class SlotRedirect(rx.ConnectionError):
-    """The cluster refused the command (MOVED, ASK, TRYAGAIN, CLUSTERDOWN):
-    nothing was applied, the route is updated, and the connection dropped."""
+    """The server refused the command without applying it (a cluster's MOVED,
+    ASK, TRYAGAIN, CLUSTERDOWN; a demoted master's READONLY): the route is
+    updated, and the connection dropped."""
+
+
+class Route(ABC):
+    """Where a queue's connections go, asked of the deployment and cached:
+    a cluster's slot master (SlotRoute) or a Sentinel service's master
+    (client/sentinel.py). Shared by threads and the event loop."""
+
+    refusals: tuple[type[rx.RedisError], ...] = ()  # replies that mean "not here"
+    check_role = False  # ask ROLE on every new connection: must be a master
+
+    @property
+    @abstractmethod
+    def node_url(self) -> str:
+        """A plain URL with the deployment's credentials and options, for the pool."""
+
+    @property
+    @abstractmethod
+    def cached(self) -> tuple[str, int] | None:
+        """The address known now, if any (no I/O)."""
+
+    @abstractmethod
+    def address(self) -> tuple[str, int]:
+        """(host, port) to connect to; asks the deployment when unknown."""
+
+    @abstractmethod
+    def forget(self) -> None:
+        """The next connection asks the deployment again."""
+
+    @abstractmethod
+    def redirected(self, error: rx.RedisError) -> SlotRedirect:
+        """Learn from a refusal; the error to raise (or return in place)."""
+
+    @abstractmethod
+    def url_for(self, host: str, port: int) -> str:
+        """The plain URL of one server, with the deployment's credentials."""
+
+    def role_refused(self, role: Any, where: str) -> SlotRedirect | None:
+        """None when a ROLE reply says master; else the route is forgotten and
+        the error to raise (the connection is not used)."""
+        name = role[0] if isinstance(role, list) and role else role
+        if _text(name) == "master":
+            return None
+        self.forget()
+        return SlotRedirect(f"{where} is not a master now (ROLE {_text(name)}): a failover")
 
 
 def is_cluster_url(url: str) -> bool:
@@ -68,9 +114,11 @@ def parse_cluster_url(url: str) -> tuple[str, list[tuple[str, int]]]:
     return f"{scheme}://{auth}{{address}}/0{query}", seeds
 
 
-class SlotRoute:
+class SlotRoute(Route):
     """Where one slot is served: cached, re-discovered when told it moved.
     Shared by threads (the heartbeat) and the event loop: a lock guards it."""
+
+    refusals = REDIRECTS
 
     def __init__(self, url: str, slot: int, *, connect_timeout: float = 5.0) -> None:
         self.template, self.seeds = parse_cluster_url(url)
@@ -170,13 +218,14 @@ def _text(value: Any) -> str:
 
 class _Routed:
     """Mixed into redis-py's connection classes: connect to the route's
-    address, and turn a cluster's refusal into SlotRedirect."""
+    address (a master, checked by ROLE when the route asks), and turn a
+    refusal (MOVED, READONLY ...) into SlotRedirect."""
 
-    route: SlotRoute
+    route: Route
     host: str
     port: int
 
-    def __init__(self, *args: Any, route: SlotRoute, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, route: Route, **kwargs: Any) -> None:
         self.route = route
         super().__init__(*args, **kwargs)
 
@@ -188,10 +237,19 @@ class _Routed:
             self.route.forget()  # a failover: ask the cluster again next time
             raise
 
+    def on_connect(self) -> None:
+        super().on_connect()  # type: ignore[misc]
+        if self.route.check_role:
+            self.send_command("ROLE")  # type: ignore[attr-defined]
+            refused = self.route.role_refused(self.read_response(), f"{self.host}:{self.port}")
+            if refused is not None:
+                self.disconnect()  # type: ignore[attr-defined]
+                raise refused
+
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().read_response(*args, **kwargs)  # type: ignore[misc]
-        except REDIRECTS as exc:
+        except self.route.refusals as exc:
             self.disconnect()  # type: ignore[attr-defined]
             raise self.route.redirected(exc) from exc
 
@@ -199,11 +257,11 @@ class _Routed:
 class _AsyncRouted:
     """The asyncio twin of _Routed (discovery blocks: it runs in a thread)."""
 
-    route: SlotRoute
+    route: Route
     host: str
     port: int
 
-    def __init__(self, *args: Any, route: SlotRoute, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, route: Route, **kwargs: Any) -> None:
         self.route = route
         super().__init__(*args, **kwargs)
 
@@ -218,10 +276,20 @@ class _AsyncRouted:
             self.route.forget()
             raise
 
+    async def on_connect(self) -> None:
+        await super().on_connect()  # type: ignore[misc]
+        if self.route.check_role:
+            await self.send_command("ROLE")  # type: ignore[attr-defined]
+            reply = await self.read_response()
+            refused = self.route.role_refused(reply, f"{self.host}:{self.port}")
+            if refused is not None:
+                await self.disconnect()  # type: ignore[attr-defined]
+                raise refused
+
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return await super().read_response(*args, **kwargs)  # type: ignore[misc]
-        except REDIRECTS as exc:
+        except self.route.refusals as exc:
             await self.disconnect()  # type: ignore[attr-defined]
             raise self.route.redirected(exc) from exc
 
@@ -249,7 +317,7 @@ def _retry() -> Retry:
     return Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), 6)
 
 
-def sync_pool(route: SlotRoute, options: dict[str, Any]) -> redis.ConnectionPool:
+def sync_pool(route: Route, options: dict[str, Any]) -> redis.ConnectionPool:
     tls = route.node_url.startswith("rediss://")
     return redis.ConnectionPool.from_url(
         route.node_url,
@@ -260,7 +328,7 @@ def sync_pool(route: SlotRoute, options: dict[str, Any]) -> redis.ConnectionPool
     )
 
 
-def async_pool(route: SlotRoute, options: dict[str, Any]) -> redis.asyncio.ConnectionPool:
+def async_pool(route: Route, options: dict[str, Any]) -> redis.asyncio.ConnectionPool:
     tls = route.node_url.startswith("rediss://")
     return redis.asyncio.ConnectionPool.from_url(
         route.node_url,

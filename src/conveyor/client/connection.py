@@ -1,5 +1,6 @@
 """Where and how Conveyor connects: the Redis URL, the connection options
-every client uses, the lean wire's endpoint and a cluster queue's route.
+every client uses, the lean wire's endpoint and the route of a queue on a
+cluster or behind Sentinel.
 No I/O here but one: with no URL configured, resolve_url probes the
 embedded server's socket (a PING)."""
 
@@ -14,9 +15,10 @@ from typing import Any
 
 from redis.connection import parse_url
 
-from conveyor.client.cluster import SlotRoute, is_cluster_url
+from conveyor.client.cluster import Route, SlotRoute, is_cluster_url
 from conveyor.client.endpoint import Endpoint
 from conveyor.client.local import DATA_DIR_ENV, default_data_dir, running_url
+from conveyor.client.sentinel import SentinelRoute, is_sentinel_url, parse_sentinel_url
 from conveyor.errors import ConfigurationError
 from conveyor.protocol.keys import QueueKeys
 
@@ -45,7 +47,10 @@ def resolve_url(url: str | None) -> str:
     )
 
 
-URL_SCHEMES = ("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")
+URL_SCHEMES = (
+    "redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://",
+    "redis+sentinel://", "rediss+sentinel://",
+)  # fmt: skip
 _PASSWORD = re.compile(r"(//[^:/@]*):[^@/]*@")
 
 
@@ -56,9 +61,12 @@ def check_url(url: str, source: str = "url") -> str:
     if not url.startswith(URL_SCHEMES):
         raise ConfigurationError(
             f"{source} {shown!r} is not a Redis URL: use redis://host:6379/0, rediss://... "
-            "(TLS), unix:///path/to/redis.sock, or redis+cluster://host:port"
+            "(TLS), unix:///path/to/redis.sock, redis+cluster://host:port, or "
+            "redis+sentinel://host:26379/<service>"
         )
-    if not is_cluster_url(url):
+    if is_sentinel_url(url):
+        parse_sentinel_url(url)  # a ConfigurationError that says what is wrong
+    elif not is_cluster_url(url):
         try:
             parse_url(url)  # type: ignore[no-untyped-call]
         except ValueError as exc:
@@ -94,9 +102,9 @@ def connection_options(url: str, **overrides: Any) -> dict[str, Any]:
     return options
 
 
-def wire_endpoint(url: str, route: SlotRoute | None = None) -> Endpoint | None:
+def wire_endpoint(url: str, route: Route | None = None) -> Endpoint | None:
     """Where the lean script wire connects, or None to stay on redis-py
-    (always with CONVEYOR_WIRE=0); on a cluster, wherever `route` says."""
+    (always with CONVEYOR_WIRE=0); on a cluster or Sentinel, wherever `route` says."""
     if os.environ.get("CONVEYOR_WIRE") == "0":
         return None
     return Endpoint.from_url(
@@ -107,8 +115,11 @@ def wire_endpoint(url: str, route: SlotRoute | None = None) -> Endpoint | None:
     )
 
 
-def needs_route(url: str, route: SlotRoute | None) -> SlotRoute | None:
-    """`route`; a cluster URL without one is an error (which slot?)."""
+def needs_route(url: str, route: Route | None) -> Route | None:
+    """`route`; a Sentinel URL's own without one; a cluster URL without one
+    is an error (which slot?)."""
+    if route is None and is_sentinel_url(url):
+        return SentinelRoute(url)
     if route is None and is_cluster_url(url):
         raise ConfigurationError(
             "a redis+cluster:// URL serves one queue's slot: connect through Queue or "
@@ -117,9 +128,12 @@ def needs_route(url: str, route: SlotRoute | None) -> SlotRoute | None:
     return route
 
 
-def slot_route(url: str, keys: QueueKeys) -> SlotRoute | None:
+def slot_route(url: str, keys: QueueKeys) -> Route | None:
     """For a redis+cluster:// URL, the route to the master of the queue's
-    slot (every key of a queue is in it); None for a single server."""
+    slot (every key of a queue is in it); for a redis+sentinel:// URL, to the
+    service's master; None for a single server."""
+    if is_sentinel_url(url):
+        return SentinelRoute(url)
     if not is_cluster_url(url):
         return None
     return SlotRoute.for_tag(url, keys.base)

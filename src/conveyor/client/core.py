@@ -15,6 +15,7 @@ from typing import Any, Literal, TypedDict
 
 from conveyor import metrics, serializers
 from conveyor.client import resp
+from conveyor.client.replicas import ReplicaWait
 from conveyor.errors import (
     ConfigurationError,
     ConnectionLostError,
@@ -89,10 +90,25 @@ class QueueSettings:
     # connections of the client's pool: commands running at once (every
     # wait_result of the client shares one); one more fails at once, unsent
     max_connections: int = 100
+    # acknowledged writes (enqueues, outcomes, job control) return only once
+    # WAIT saw `min_replicas` replicas have them, within `replica_timeout` s,
+    # else UnreplicatedWriteError (docs/reliability.md, "Failover")
+    min_replicas: int = 0
+    replica_timeout: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_connections, int) or self.max_connections < 2:
             raise ConfigurationError("max_connections must be an int of at least 2")
+        if type(self.min_replicas) is not int or self.min_replicas < 0:
+            raise ConfigurationError("min_replicas must be an int of at least 0")
+        timeout = self.replica_timeout
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 < timeout <= 5
+        ):
+            # WAIT blocks the connection: it must end well within the socket timeout (10 s)
+            raise ConfigurationError("replica_timeout must be a number of seconds in (0, 5]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +216,7 @@ class QueueCore:
         self.scripts: dict[str, Script] = {n: load_script(n) for n in SCRIPT_NAMES}
         self.specs = SpecBuilder(settings.defaults, settings.max_payload)
         self.hooks = Hooks(settings.hooks)
+        self.replica_wait = ReplicaWait.of(settings.min_replicas, settings.replica_timeout)
         self._new_head: bytes | None = None  # see enqueue_one
 
     # --- enqueue -------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Where and how the lean wire connects: read from a redis:// or unix://
-URL, and, on a cluster, the node that serves the queue's slot."""
+URL, and, behind a route, the node the deployment names: a cluster's
+slot master or a Sentinel service's master."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from redis.connection import parse_url
 
-from conveyor.client.cluster import REDIRECTS, SlotRoute
+from conveyor.client.cluster import Route
 
 Command = Sequence[Any]
 
@@ -26,7 +27,7 @@ class Endpoint:
     password: str | None
     connect_timeout: float
     socket_timeout: float | None
-    route: SlotRoute | None = None  # a cluster: host and port come from it
+    route: Route | None = None  # a cluster or Sentinel: host and port come from it
 
     @classmethod
     def from_url(
@@ -35,7 +36,7 @@ class Endpoint:
         *,
         connect_timeout: float,
         socket_timeout: float | None,
-        route: SlotRoute | None = None,
+        route: Route | None = None,
     ) -> Endpoint | None:
         """None when the URL needs more than this wire offers (TLS, say)."""
         if route is not None:
@@ -73,17 +74,30 @@ class Endpoint:
             commands.append(("AUTH", *auth))
         if self.db:
             commands.append(("SELECT", self.db))
+        if self.route is not None and self.route.check_role:
+            commands.append(("ROLE",))
         commands.append(("PING",))
         return commands
 
+    def refused(self, replies: list[Any], where: str) -> Exception | None:
+        """The error a handshake's replies (all but the PING's) end in, if any:
+        a refusal (AUTH, SELECT), or a ROLE that is not the master the route wants."""
+        for command, reply in zip(self.handshake()[:-1], replies, strict=False):
+            if isinstance(reply, Exception):
+                return reply
+            if command[0] == "ROLE" and self.route is not None:
+                return self.route.role_refused(reply, where)
+        return None
+
     def follow(self, replies: list[Any]) -> bool:
-        """Turn a cluster's refusals into SlotRedirect (the route learns
-        where the slot went); True when the connection must be dropped."""
+        """Turn a refusal (a cluster's MOVED, a demoted master's READONLY)
+        into SlotRedirect (the route learns); True when the connection must
+        be dropped."""
         if self.route is None:
             return False
         moved = False
         for i, reply in enumerate(replies):
-            if isinstance(reply, REDIRECTS):
+            if isinstance(reply, self.route.refusals):
                 replies[i] = self.route.redirected(reply)
                 moved = True
         return moved

@@ -13,7 +13,7 @@ from typing import Any, Unpack
 import redis
 
 from conveyor.client import inspect
-from conveyor.client.cluster import SlotRoute
+from conveyor.client.cluster import Route, SlotRoute
 from conveyor.client.connection import (
     block_slice,
     needs_route,
@@ -67,7 +67,7 @@ log = logging.getLogger("conveyor")
 
 
 def connect(
-    url: str | None = None, *, route: SlotRoute | None = None, max_connections: int = 100
+    url: str | None = None, *, route: Route | None = None, max_connections: int = 100
 ) -> redis.Redis:
     """A redis-py client for `url` (or the environment), bytes replies; on a
     cluster, connected to the master of `route`'s slot."""
@@ -114,7 +114,9 @@ class Queue:
         # scripts go over the lean wire when we made the connection ourselves
         endpoint = None if resolved is None else wire_endpoint(resolved, self.route)
         self._wire = None if endpoint is None else SyncWire(endpoint)
-        self._runner = SyncRunner(self._client, self.core.scripts, self._wire)
+        self._runner = SyncRunner(
+            self._client, self.core.scripts, self._wire, self.core.replica_wait
+        )
         self._waits = SyncWaits(self._client, self.core.keys, self._done_element)
         self._checked = False
         self._pool_options = self._client.connection_pool.connection_kwargs
@@ -173,7 +175,8 @@ class Queue:
             for warning in self.core.check_server(str(version), policy):
                 log.warning("%s", warning)
             self.client.hsetnx(self.core.keys.meta, "version", PROTOCOL_VERSION)
-            if self.route is None and not self.core.failures:  # a cluster has no one slot for it
+            # a cluster has no one slot for the registry
+            if not isinstance(self.route, SlotRoute) and not self.core.failures:
                 # the registry is outside the queue's keys: an ACL user may not reach it
                 with contextlib.suppress(redis.exceptions.NoPermissionError):
                     self.client.sadd(queue_registry(self.core.settings.prefix), self.name)
@@ -210,9 +213,7 @@ class Queue:
         self.check()
         return self.core.enqueued_many(ids, self._send_enqueues(calls))
 
-    def _enqueue_hooked(
-        self, requests: list[JobRequest], *, chunk_size: int
-    ) -> list[Enqueued]:
+    def _enqueue_hooked(self, requests: list[JobRequest], *, chunk_size: int) -> list[Enqueued]:
         """Enqueue jobs that met before_enqueue, then tell after_enqueue."""
         try:
             calls, ids = self.core.enqueue_many_calls(requests, chunk_size)

@@ -17,8 +17,9 @@ import redis
 import redis.asyncio
 from redis import exceptions as rx
 
-from conveyor.client.cluster import SlotRedirect, SlotRoute, async_pool, sync_pool
+from conveyor.client.cluster import Route, SlotRedirect, async_pool, sync_pool
 from conveyor.client.connection import connection_options
+from conveyor.client.replicas import ReplicaWait
 from conveyor.client.wire import (
     AsyncWire,
     HandshakeError,
@@ -32,6 +33,7 @@ from conveyor.errors import (
     ConveyorError,
     OutOfMemoryError,
     UncertainWriteError,
+    UnreplicatedWriteError,
 )
 from conveyor.protocol.ops import Call
 from conveyor.protocol.scripts import Script
@@ -75,7 +77,8 @@ def _pool_exhausted(exc: Exception) -> bool:
     return isinstance(exc, rx.ConnectionError) and str(exc) == "Too many connections"
 
 
-_REFUSED = (rx.AuthenticationError, rx.AuthorizationError, HandshakeError)
+# a reply, not a broken handshake: credentials refused, or not the master (SlotRedirect)
+_REFUSED = (rx.AuthenticationError, rx.AuthorizationError, HandshakeError, SlotRedirect)
 
 
 def _handshake(connection: Any) -> None:
@@ -87,7 +90,7 @@ def _handshake(connection: Any) -> None:
         connection.read_response()
     except rx.ResponseError:  # a refused PING is still a Redis reply
         pass
-    except _REFUSED:  # credentials refused: a reply, not a broken handshake
+    except _REFUSED:
         raise
     except (rx.ConnectionError, rx.TimeoutError, rx.InvalidResponse) as exc:
         # InvalidResponse: the port answered, but not in RESP (not Redis)
@@ -109,7 +112,7 @@ async def _handshake_async(connection: Any) -> None:
     handshake_answered(connection._host_error())
 
 
-def sync_client(url: str, route: SlotRoute | None = None, **overrides: Any) -> redis.Redis:
+def sync_client(url: str, route: Route | None = None, **overrides: Any) -> redis.Redis:
     """A redis-py client for `url` (bytes replies); on a cluster, for the
     master that serves `route`'s slot."""
     options = connection_options(url, redis_connect_func=_handshake, **overrides)
@@ -118,7 +121,7 @@ def sync_client(url: str, route: SlotRoute | None = None, **overrides: Any) -> r
     return redis.Redis.from_pool(sync_pool(route, options))
 
 
-def async_client(url: str, route: SlotRoute | None = None, **overrides: Any) -> redis.asyncio.Redis:
+def async_client(url: str, route: Route | None = None, **overrides: Any) -> redis.asyncio.Redis:
     """The asyncio twin of sync_client."""
     options = connection_options(url, redis_connect_func=_handshake_async, **overrides)
     if route is None:
@@ -188,17 +191,30 @@ def _raised(results: list[Any]) -> list[Any]:
     return results
 
 
+def _route_of(client: redis.Redis | redis.asyncio.Redis) -> Route | None:
+    """The route a client's connections follow (cluster.sync_pool, async_pool)."""
+    route = client.connection_pool.connection_kwargs.get("route")
+    return route if isinstance(route, Route) else None
+
+
 class SyncRunner:
     """Runs scripts over the lean wire when there is one, else redis-py."""
 
     def __init__(
-        self, client: redis.Redis, scripts: dict[str, Script], wire: SyncWire | None = None
+        self,
+        client: redis.Redis,
+        scripts: dict[str, Script],
+        wire: SyncWire | None = None,
+        replicas: ReplicaWait | None = None,
     ) -> None:
         self.client = client
         self.scripts = scripts
         self.wire = wire
+        self.replicas = replicas  # min_replicas: acknowledged calls WAIT for them
 
     def run(self, call: Call) -> Any:
+        if self.replicas is not None and self.replicas.wanted([call]):
+            return self.run_many([call])[0]  # WAIT in the same pipeline
         if self.wire is not None:
             return self.run_packed(call, _packed(call, self.scripts[call.script]))
         script = self.scripts[call.script]
@@ -213,6 +229,8 @@ class SyncRunner:
         """run(call), its EVALSHA already packed: one round trip without a
         pipeline's bookkeeping. An error reply is settled as run_many's are
         (a refusal re-sent, any other raised)."""
+        if self.replicas is not None and self.replicas.wanted([call]):
+            return self.run_many([call])[0]  # WAIT in the same pipeline
         if self.wire is None:
             return self.run(call)
         with translated():
@@ -248,14 +266,36 @@ class SyncRunner:
             self.client.script_load(script.source)
 
     def _pipeline(self, calls: Sequence[Call]) -> list[Any]:
+        commands = [("EVALSHA", *_argv(c, self.scripts[c.script])) for c in calls]
+        wait = self.replicas if self.replicas is not None and self.replicas.wanted(calls) else None
+        if wait is not None:
+            commands.append(wait.command)
         if self.wire is not None:
-            return self.wire.call_many(
-                [("EVALSHA", *_argv(c, self.scripts[c.script])) for c in calls]
-            )
-        pipe = self.client.pipeline(transaction=False)
-        for call in calls:
-            pipe.execute_command("EVALSHA", *_argv(call, self.scripts[call.script]))  # type: ignore[no-untyped-call]
-        return list(pipe.execute(raise_on_error=False))
+            replies = self.wire.call_many(commands)
+        else:
+            pipe = self.client.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)  # type: ignore[no-untyped-call]
+            replies = list(pipe.execute(raise_on_error=False))
+        if wait is None:
+            return replies
+        try:
+            return wait.checked(calls, replies)
+        except UnreplicatedWriteError:
+            self._reroute()
+            raise
+
+    def _reroute(self) -> None:
+        """Too few replicas have our writes: this master may have been failed
+        over without knowing it yet. Behind a route (Sentinel), the next
+        connection asks the deployment again, as a re-send's will."""
+        route = _route_of(self.client)
+        if route is None:
+            return
+        route.forget()
+        if self.wire is not None:
+            self.wire.close()
+        self.client.connection_pool.disconnect(inuse_connections=False)
 
 
 class AsyncRunner:
@@ -266,12 +306,16 @@ class AsyncRunner:
         client: redis.asyncio.Redis,
         scripts: dict[str, Script],
         wire: AsyncWire | None = None,
+        replicas: ReplicaWait | None = None,
     ) -> None:
         self.client = client
         self.scripts = scripts
         self.wire = wire
+        self.replicas = replicas
 
     async def run(self, call: Call) -> Any:
+        if self.replicas is not None and self.replicas.wanted([call]):
+            return (await self.run_many([call]))[0]  # WAIT in the same pipeline
         if self.wire is not None:
             return await self.run_packed(call, _packed(call, self.scripts[call.script]))
         script = self.scripts[call.script]
@@ -283,6 +327,8 @@ class AsyncRunner:
                 return await self.client.execute_command("EVALSHA", *_argv(call, script))  # type: ignore[no-untyped-call]
 
     async def run_packed(self, call: Call, packed: bytes) -> Any:
+        if self.replicas is not None and self.replicas.wanted([call]):
+            return (await self.run_many([call]))[0]  # WAIT in the same pipeline
         if self.wire is None:
             return await self.run(call)
         with translated():
@@ -314,10 +360,30 @@ class AsyncRunner:
             await self.client.script_load(script.source)
 
     async def _pipeline(self, calls: Sequence[Call]) -> list[Any]:
+        commands = [("EVALSHA", *_argv(c, self.scripts[c.script])) for c in calls]
+        wait = self.replicas if self.replicas is not None and self.replicas.wanted(calls) else None
+        if wait is not None:
+            commands.append(wait.command)
         if self.wire is not None:
-            commands = [("EVALSHA", *_argv(c, self.scripts[c.script])) for c in calls]
-            return await self.wire.call_many(commands)
-        pipe = self.client.pipeline(transaction=False)
-        for call in calls:
-            pipe.execute_command("EVALSHA", *_argv(call, self.scripts[call.script]))
-        return list(await pipe.execute(raise_on_error=False))
+            replies = await self.wire.call_many(commands)
+        else:
+            pipe = self.client.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
+            replies = list(await pipe.execute(raise_on_error=False))
+        if wait is None:
+            return replies
+        try:
+            return wait.checked(calls, replies)
+        except UnreplicatedWriteError:
+            await self._reroute()
+            raise
+
+    async def _reroute(self) -> None:
+        route = _route_of(self.client)
+        if route is None:
+            return
+        route.forget()
+        if self.wire is not None:
+            await self.wire.close()
+        await self.client.connection_pool.disconnect(inuse_connections=False)

@@ -173,10 +173,10 @@ class SyncWire:
             replies = self._exchange(handshake, len(handshake))
         except (rx.ConnectionError, rx.TimeoutError) as exc:
             raise handshake_error(str(where), exc) from exc
-        for reply in replies[:-1]:  # any reply to the PING will do, even a refusal
-            if isinstance(reply, rx.RedisError):
-                self.close()
-                raise reply
+        refused = e.refused(replies, str(where))  # any reply to the PING will do
+        if refused is not None:
+            self.close()
+            raise refused
         handshake_answered(str(where))
         return sock
 
@@ -388,10 +388,10 @@ class AsyncWire:
             except (rx.ConnectionError, rx.TimeoutError) as exc:
                 transport.close()
                 raise handshake_error(str(where), exc) from exc
-            for reply in replies[:-1]:  # any reply to the PING will do, even a refusal
-                if isinstance(reply, rx.RedisError):
-                    transport.close()
-                    raise reply
+            refused = e.refused(replies, str(where))  # any reply to the PING will do
+            if refused is not None:
+                transport.close()
+                raise refused
             handshake_answered(str(where))
             self._protocol = protocol
             return protocol

@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from conveyor.client.aio import AsyncQueue
-from conveyor.client.cluster import SlotRoute
+from conveyor.client.cluster import Route
 from conveyor.client.endpoint import Endpoint
 from conveyor.client.transport import async_client
 from conveyor.client.wire import AsyncWire
@@ -26,7 +26,7 @@ class Blocker:
         endpoint: Endpoint | None,
         socket_timeout: float,
         *,
-        route: SlotRoute | None = None,
+        route: Route | None = None,
     ) -> None:
         self._wire = (
             None

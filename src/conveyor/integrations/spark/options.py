@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 
 import redis
 
-from conveyor.client.cluster import SlotRoute, is_cluster_url, sync_pool
-from conveyor.client.connection import resolve_url
+from conveyor.client.cluster import sync_pool
+from conveyor.client.connection import resolve_url, slot_route
 from conveyor.client.core import QueueCore, QueueSettings
 from conveyor.errors import ConfigurationError, UnknownOptionError
 from conveyor.options import check_name
@@ -152,9 +152,9 @@ class Target:
 
         A `redis+cluster://` URL connects to the master that serves the queue's slot (every
         key of a queue is in that slot), and follows it when the slot moves, as the
-        client's own connections do."""
+        client's own connections do; a `redis+sentinel://` URL, to the service's master."""
         timeouts = {"socket_connect_timeout": 10, "socket_timeout": 120}
-        if is_cluster_url(self.url):
-            route = SlotRoute.for_tag(self.url, self.keys().base)
+        route = slot_route(self.url, self.keys())
+        if route is not None:
             return redis.Redis(connection_pool=sync_pool(route, timeouts))
         return redis.Redis.from_url(self.url, **timeouts)
