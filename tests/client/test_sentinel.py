@@ -8,6 +8,7 @@ the next test finds through the sentinels."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import threading
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 from chaos.sentinel import Deployment
+from click.testing import CliRunner
 
 from conveyor import AsyncQueue, Queue
 from conveyor.client.connection import check_url
@@ -25,6 +27,7 @@ from conveyor.client.core import QueueSettings
 from conveyor.client.sentinel import parse_sentinel_url
 from conveyor.client.tasks import Tasks
 from conveyor.errors import ConfigurationError, ConnectionLostError, UnreplicatedWriteError
+from conveyor.integrations.cli import main
 from conveyor.job import JobState
 from support.sentinel import start_deployment
 from support.servers import ServerFactory
@@ -218,3 +221,18 @@ def test_clients_and_a_worker_follow_a_failover(deployment: Deployment, wire: st
     assert set(acknowledged) <= ran
     with redis.Redis(port=old) as demoted:
         assert demoted.execute_command("ROLE")[0] == b"slave"
+
+
+def test_the_cli_takes_a_sentinel_url(deployment: Deployment) -> None:
+    url = deployment.url(db=3)
+    runner = CliRunner()
+    done = runner.invoke(
+        main, ["enqueue", "cli", "send", '{"to": "a"}', "--url", url, "--id", "c1"]
+    )
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout) == {"id": "c1", "outcome": "created", "state": "waiting"}
+    info = runner.invoke(main, ["info", "cli", "--url", url])
+    assert info.exit_code == 0, info.output
+    assert json.loads(info.output)["counts"]["waiting"] == 1
+    with redis.Redis(port=deployment.master_port(), db=3) as master:
+        assert master.exists("conveyor:{cli}:job:c1")
