@@ -55,6 +55,8 @@ class Job:
     run_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
+    # a finished job's record reads as gone from this moment (finished_at + result_ttl)
+    expires_at: datetime | None = None
 
     @property
     def finished(self) -> bool:
@@ -97,10 +99,15 @@ def job_from_hash(queue: str, job_id: str, raw_hash: Mapping[Any, Any]) -> Job:
     pieces (`data`, `data2`, ...) is joined."""
     raw = {text(k): text(v) for k, v in raw_hash.items()}
     progress = raw.get("progress")
+    state = _state(raw.get("state"))
+    finished_at = _ms(raw, "finished_at")
+    expires_at = None
+    if state in FINISHED_STATES and finished_at is not None:
+        expires_at = from_ms(finished_at + _int(raw, "result_ttl"))
     return Job(
         id=job_id,
         queue=queue,
-        state=_state(raw.get("state")),
+        state=state,
         task=raw.get("task", ""),
         data=_json_or_text(record_data(raw)),
         priority=_int(raw, "priority"),
@@ -121,5 +128,6 @@ def job_from_hash(queue: str, job_id: str, raw_hash: Mapping[Any, Any]) -> Job:
         created_at=from_ms(_ms(raw, "created_at")),
         run_at=from_ms(_ms(raw, "run_at" if "run_at" in raw else "created_at")),
         started_at=from_ms(_ms(raw, "started_at")),
-        finished_at=from_ms(_ms(raw, "finished_at")),
+        finished_at=from_ms(finished_at),
+        expires_at=expires_at,
     )

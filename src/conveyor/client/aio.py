@@ -30,6 +30,7 @@ from conveyor.client.core import (
     ScheduleInfo,
     WorkerInfo,
     carry_doubt,
+    server_ms,
 )
 from conveyor.client.events import Event, decode_events
 from conveyor.client.transport import AsyncRunner, async_client, translated
@@ -303,35 +304,41 @@ class AsyncQueue:
     # --- inspecting ------------------------------------------------------------
 
     async def get(self, job_id: str) -> Job | None:
+        """The job, or None when there is none: a finished job past its
+        result_ttl is gone, even before a sweep deletes its record."""
         with translated():
-            raw = await self.client.hgetall(self.core.job_key(job_id))
-        return self.core.job(job_id, raw)
+            pipe = self.client.pipeline(transaction=False)
+            pipe.time()
+            pipe.hgetall(self.core.job_key(job_id))
+            clock, raw = await pipe.execute()
+        return self.core.job(job_id, raw, server_ms(clock))
+
+    async def get_blocked(self, job_id: str) -> Job | None:
+        """The blocked twin of a running singleton: the next run, enqueued while
+        this one is active (state `blocked`); None when there is none."""
+        with translated():
+            raw = await self.client.hgetall(self.core.twin_key(job_id))
+        return self.core.twin(job_id, raw)
 
     async def counts(self) -> dict[JobState, int]:
-        """Jobs per state; waiting includes the jobs of every group."""
+        """Jobs per state; waiting includes the jobs of every group; finished
+        jobs count while retained (not past their result_ttl)."""
         keys = self.core.keys
         with translated():
-            grouped: list[Any] = [
-                *await self.client.zrange(keys.groups, 0, -1),
-                *await self.client.zrange(keys.gwait, 0, -1),
-            ]
             pipe = self.client.pipeline(transaction=False)
-            for group in grouped:
-                pipe.zcard(keys.group_ready(ops.text(group)))
-            in_groups = sum(int(n) for n in await pipe.execute()) if grouped else 0
-        counts = await self._index_counts()
-        counts[JobState.WAITING] += in_groups
-        return counts
-
-    async def _index_counts(self) -> dict[JobState, int]:
-        pairs = self.core.count_keys()
-        with translated():
+            pipe.time()
+            pipe.zrange(keys.groups, 0, -1)
+            pipe.zrange(keys.gwait, 0, -1)
+            clock, runnable, held = await pipe.execute()
+            grouped = [*runnable, *held]
             pipe = self.client.pipeline(transaction=False)
-            for _, key in pairs:
-                pipe.zcard(key)
-            return {
-                state: int(n) for (state, _), n in zip(pairs, await pipe.execute(), strict=True)
-            }
+            for key, since in self.core.count_keys_at(grouped, server_ms(clock)):
+                if since is None:
+                    pipe.zcard(key)
+                else:
+                    pipe.zcount(key, since, "+inf")
+            replies = await pipe.execute()
+        return self.core.counts_from(len(grouped), replies)
 
     async def job_ids(
         self,
@@ -343,10 +350,13 @@ class AsyncQueue:
     ) -> list[str]:
         """Ids of jobs in `state`, in index order (waiting: run order, ungrouped
         jobs or one `group`'s; delayed: due time; active: lease deadline;
-        finished: expiry)."""
-        key = self.core.index_of(state, group)
+        finished: expiry, those still retained)."""
         with translated():
-            ids = await self.client.zrange(key, offset, offset + limit - 1)
+            key, since = self.core.id_index(state, group, server_ms(await self.client.time()))
+            if since is None:
+                ids = await self.client.zrange(key, offset, offset + limit - 1)
+            else:
+                ids = await self.client.zrangebyscore(key, since, "+inf", start=offset, num=limit)
         return [ops.text(i) for i in ids]
 
     async def find(self, field: str, value: str | int, *, limit: int = 100) -> list[Job]:
@@ -356,10 +366,12 @@ class AsyncQueue:
         with translated():
             ids = [ops.text(i) for i in await self.client.zrevrange(key, 0, limit - 1)]
             pipe = self.client.pipeline(transaction=False)
+            pipe.time()
             for job_id in ids:
                 pipe.hgetall(self.core.keys.job(job_id))
-            raws = await pipe.execute() if ids else []
-        jobs = [self.core.job(i, raw) for i, raw in zip(ids, raws, strict=True)]
+            clock, *raws = await pipe.execute()
+        now_ms = server_ms(clock)
+        jobs = [self.core.job(i, raw, now_ms) for i, raw in zip(ids, raws, strict=True)]
         return [job for job in jobs if job is not None]
 
     async def groups(self) -> list[str]:

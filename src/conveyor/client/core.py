@@ -10,7 +10,7 @@ import functools
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypedDict
 
 from conveyor import serializers
@@ -26,7 +26,7 @@ from conveyor.errors import (
     UnsupportedServerError,
     ValidationError,
 )
-from conveyor.job import Job, JobState, job_from_hash
+from conveyor.job import FINISHED_STATES, Job, JobState, job_from_hash
 from conveyor.options import (
     DEFAULT_MAX_PAYLOAD,
     JobDefaults,
@@ -145,6 +145,13 @@ def carry_doubt(
     if doubt is None:
         return None
     return UncertainWriteError(f"{doubt}; a re-send then could not reach Redis: {failure}")
+
+
+def server_ms(reply: Any) -> int:
+    """Redis TIME's reply (seconds, microseconds) in ms: readers judge
+    stored times by the server's clock, never their own (protocol §1)."""
+    seconds, micros = reply
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
@@ -364,8 +371,54 @@ class QueueCore:
     def job_key(self, job_id: str) -> str:
         return self.keys.job(check_job_id(job_id))
 
-    def job(self, job_id: str, raw: Mapping[Any, Any]) -> Job | None:
+    def job(self, job_id: str, raw: Mapping[Any, Any], now_ms: int) -> Job | None:
+        """The job of a record read at server time `now_ms`; None when there is
+        none, or when it is finished and past its result_ttl (docs/protocol.md
+        §4.4: a record awaiting its sweep reads as gone)."""
+        if not raw:
+            return None
+        job = job_from_hash(self.name, job_id, raw)
+        if job.expires_at is not None and job.expires_at <= datetime.fromtimestamp(
+            now_ms / 1000, UTC
+        ):
+            return None
+        return job
+
+    def twin(self, job_id: str, raw: Mapping[Any, Any]) -> Job | None:
+        """A blocked twin (docs/protocol.md §4.3) as a Job in state `blocked`."""
         return job_from_hash(self.name, job_id, raw) if raw else None
+
+    def twin_key(self, job_id: str) -> str:
+        return self.keys.blocked_job(check_job_id(job_id))
+
+    def count_keys_at(self, groups: Sequence[Any], now_ms: int) -> list[tuple[str, str | None]]:
+        """What `counts_from` adds up: (key, None) to count a whole zset (each
+        group's waiting jobs, then each index), (key, lowest score excluded)
+        for finished jobs, counted only while retained (their index score is
+        the expiry: past it they read as gone)."""
+        keys: list[tuple[str, str | None]] = [
+            (self.keys.group_ready(ops.text(group)), None) for group in groups
+        ]
+        for state, key in self.count_keys():
+            keys.append((key, f"({now_ms}" if state in FINISHED_STATES else None))
+        return keys
+
+    def counts_from(self, groups: int, replies: Sequence[Any]) -> dict[JobState, int]:
+        """Jobs per state from the replies of `count_keys_at` for `groups` groups."""
+        in_groups = sum(int(n) for n in replies[:groups])
+        counts = {
+            state: int(n) for (state, _), n in zip(self.count_keys(), replies[groups:], strict=True)
+        }
+        counts[JobState.WAITING] += in_groups
+        return counts
+
+    def id_index(
+        self, state: JobState | str, group: str | None, now_ms: int
+    ) -> tuple[str, str | None]:
+        """The index listing ids in `state`, and for finished ones the lowest
+        score excluded: they are listed only while retained."""
+        key = self.index_of(state, group)
+        return key, f"({now_ms}" if JobState(state) in FINISHED_STATES else None
 
     def count_keys(self) -> list[tuple[JobState, str]]:
         k = self.keys
