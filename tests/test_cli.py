@@ -28,6 +28,23 @@ def test_enqueue_and_info(redis_url: str, queue_name: str) -> None:
     assert report["counts"]["waiting"] == 1 and report["workers"] == []
 
 
+def test_info_reads_workers_of_another_implementation_tolerantly(
+    redis_url: str, queue_name: str, sync_queue: Queue, redis_client: object
+) -> None:
+    # protocol §8.1: info SHOULD be a JSON object; a reader MUST NOT crash on anything else
+    keys = sync_queue.core.keys
+    infos = {"w-list": "[1, 2]", "w-text": "not json", "w-ok": '{"pid": 7}'}
+    for worker_id, info in infos.items():
+        redis_client.zadd(keys.workers, {worker_id: 2**50})  # type: ignore[attr-defined]
+        redis_client.set(keys.worker(worker_id), info)  # type: ignore[attr-defined]
+    report = CliRunner().invoke(main, ["info", queue_name, "--url", redis_url])
+    assert report.exit_code == 0, report.output
+    workers = {w["id"]: w for w in json.loads(report.output)["workers"]}
+    assert workers["w-ok"]["pid"] == 7
+    assert workers["w-list"]["unreadable"] == "[1, 2]"
+    assert workers["w-text"]["unreadable"] == "not json"
+
+
 def test_worker_burst_drains_and_exits(redis_url: str, queue_name: str, sync_queue: Queue) -> None:
     sync_queue.enqueue_many([("sleepy", {"seconds": 0}) for _ in range(30)])
     proc = subprocess.run(

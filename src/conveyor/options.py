@@ -9,6 +9,7 @@ from __future__ import annotations
 import binascii
 import functools
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -30,6 +31,10 @@ MAX_PRIORITY = 2**21
 PRIORITIES = {"high": 0, "normal": 1_000, "low": 2_000}
 DEFAULT_MAX_PAYLOAD = 512 * 1024
 TASK_NAME_MAX = 200
+# Task names and index values (protocol §1 "Text"): 1-200 code points, none a
+# control character (C0, DEL, C1) or a surrogate. Defined by code point ranges,
+# not by a Unicode database, so every implementation agrees on every string.
+TEXT_PATTERN = re.compile(r"[^\x00-\x1f\x7f-\x9f\ud800-\udfff]{1,200}")
 
 RunAtRule = bool | Literal["if_later", "if_earlier"]
 _RUN_AT_RULES: dict[object, str] = {
@@ -72,8 +77,10 @@ def check_name(value: object, what: str) -> str:
 
 
 def check_task_name(value: object) -> str:
-    if not isinstance(value, str) or not 0 < len(value) <= TASK_NAME_MAX or not value.isprintable():
-        raise InvalidNameError(f"invalid task name {value!r}: 1-{TASK_NAME_MAX} printable chars")
+    if not isinstance(value, str) or not TEXT_PATTERN.fullmatch(value):
+        raise InvalidNameError(
+            f"invalid task name {value!r}: 1-{TASK_NAME_MAX} characters, no control characters"
+        )
     return value
 
 
@@ -192,8 +199,10 @@ def build_index(value: object) -> tuple[tuple[str, str], ...]:
         if isinstance(raw, bool) or not isinstance(raw, str | int):
             raise ValidationError(f"index value of {field!r} must be a str or int: {raw!r}")
         text = str(raw)
-        if not 0 < len(text) <= 200 or not text.isprintable():
-            raise ValidationError(f"index value of {field!r} must be 1-200 printable chars")
+        if not TEXT_PATTERN.fullmatch(text):
+            raise ValidationError(
+                f"index value of {field!r} must be 1-200 characters, no control characters"
+            )
         entries.append((field, text))
     return tuple(entries)
 

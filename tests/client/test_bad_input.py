@@ -110,12 +110,21 @@ def test_bad_queue_names_are_refused(redis_url: str, name: str) -> None:
         Queue(name, url=redis_url)
 
 
-@pytest.mark.parametrize("task", ["", "a\nb", "x" * 201, None])
+@pytest.mark.parametrize(
+    "task", ["", "a\nb", "a\tb", "a\x7f", "a\x85", "a\ud800", "x" * 201, None]
+)
 def test_bad_task_names_are_refused(queue: Any, redis_client: redis.Redis, task: Any) -> None:
     before = redis_client.dbsize()
     with pytest.raises(InvalidNameError):
         queue.enqueue(task, None)
     assert redis_client.dbsize() == before
+
+
+@pytest.mark.parametrize("task", ["a b", "é", "x" * 200, "\u00a0", "\u200b", "😀", "a:b{c}*"])
+def test_task_names_are_any_text_without_control_characters(queue: Any, task: str) -> None:
+    # protocol §1 "Text": defined by code point ranges, so every implementation agrees
+    job = queue.enqueue(task, None)
+    assert queue.get(job.id).task == task
 
 
 def test_ids_with_special_characters_stay_in_their_queue(queue: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -117,6 +118,35 @@ def test_pause_and_resume_a_group_and_the_queue(
     assert done == ["b"]
     sync_queue.resume()
     wait_until(lambda: sorted(done) == ["a", "b", "c"])
+
+
+def test_a_paused_queue_with_overdue_delayed_jobs_does_not_wake_its_workers(
+    tasks: Tasks, sync_queue: Queue, worker_runner: WorkerRunner, redis_client: Any
+) -> None:
+    done: list[str] = []
+
+    @tasks.task
+    async def note(data: str) -> None:
+        done.append(data)
+
+    sync_queue.pause()
+    sync_queue.enqueue("note", "late", delay=0.05)
+    worker_runner.start(tasks)
+    time.sleep(0.5)  # the delayed job is overdue; the worker is idle
+
+    def claims() -> int:
+        stats = redis_client.info("commandstats")
+        return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+    before = claims()
+    time.sleep(1.0)
+    calls = claims() - before
+    # blocked on the marker: only heartbeats and reaps (a few per second); a
+    # worker woken by a due time in the past claims again and again (20 a second here)
+    assert calls < 10, f"{calls} script calls in 1 s by an idle worker of a paused queue"
+    assert done == []
+    sync_queue.resume()
+    wait_until(lambda: done == ["late"])
 
 
 def test_limit_arguments_are_validated(sync_queue: Queue) -> None:

@@ -7,6 +7,7 @@ static text composed once at load, never Lua built from runtime values.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 
@@ -30,6 +31,10 @@ SCRIPT_NAMES = (
     "reprioritize",
     "retry",
     "remove",
+    "record_metrics",
+    "job_log",
+    "flow_add",
+    "flow_settle",
 )
 
 _INCLUDE = "-- @include "
@@ -48,11 +53,14 @@ def _read(relative: str) -> str:
     return (resources.files("conveyor.protocol") / "lua" / relative).read_text("utf-8")
 
 
-def _expand(text: str) -> str:
+def expand(text: str, read_include: Callable[[str], str]) -> str:
+    """Protocol §7: split at LF, replace each include line by the include's
+    whole text, join with LF, add a final LF. (Not str.splitlines: it also
+    splits at CR, VT, FF and Unicode separators, which §7 does not.)"""
     lines = []
-    for line in text.splitlines():
+    for line in text.removesuffix("\n").split("\n"):
         if line.startswith(_INCLUDE):
-            lines.append(_read(f"include/{line[len(_INCLUDE) :].strip()}.lua"))
+            lines.append(read_include(line[len(_INCLUDE) :].strip()))
         else:
             lines.append(line)
     return "\n".join(lines) + "\n"
@@ -62,5 +70,5 @@ def load_script(name: str) -> Script:
     """The script for one transition, includes expanded."""
     if name not in SCRIPT_NAMES:
         raise KeyError(f"no Lua script named {name!r}")
-    source = _expand(_read(f"{name}.lua"))
+    source = expand(_read(f"{name}.lua"), lambda include: _read(f"include/{include}.lua"))
     return Script(name, source, hashlib.sha1(source.encode("utf-8")).hexdigest())

@@ -35,6 +35,7 @@ class Running:
     # the handler is done and its outcome waits in the ack buffer: a heartbeat that finds
     # the lease gone may only have raced that outcome's write, whose reply tells which
     ended: bool = False
+    failure: Failure | None = None  # kept for the hooks told when the failure is written
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,7 @@ class Failure:
     error: str
     permanent: bool
     retry_delay_ms: int | None
+    exc: BaseException | None = None  # what the handler raised, for hooks
 
 
 Outcome = Success | Failure | None  # None: lease lost, nothing to write
@@ -71,7 +73,7 @@ def _retry_delay(exc: BaseException) -> int | None:
 
 def failure_of(exc: BaseException) -> Failure:
     permanent = isinstance(exc, PermanentError | NotSerializableError)
-    return Failure(describe(exc), permanent, _retry_delay(exc))
+    return Failure(describe(exc), permanent, _retry_delay(exc), exc)
 
 
 NOTHING = Success("null")  # the outcome of the many handlers that return nothing
@@ -105,7 +107,7 @@ async def execute(
             return None
         if running.scope is not None and running.scope.expired():
             err = JobTimeoutError(f"timed out after {running.timeout} s")
-            return Failure(describe(err), False, None)
+            return Failure(describe(err), False, None, err)
         return failure_of(exc)
     except Exception as exc:
         return None if running.ctx.lost else failure_of(exc)

@@ -32,7 +32,10 @@
 --   (schedule: the schedule id of a repeatable job's tick, else nil)
 --   next_due_ms is the earliest moment something may become claimable by
 --   time (a delayed job, a rate window, a held-back group), so an idle
---   worker can block until then instead of polling. held = 1 when a suspect
+--   worker can block until then instead of polling; -1 when nothing is due
+--   or the queue is paused (resuming sets the marker). It may already be past
+--   (more due jobs than `promote` takes): a worker clamps its wait to > 0.
+--   held = 1 when a suspect
 --   was met that this call could not take: a worker that runs jobs should
 --   let them end, then claim again alone.
 --
@@ -328,7 +331,12 @@ if limits[1] ~= '1' then
     wake(marker)
   end
 end
-earliest(scheduled)
-earliest(gwait)
+-- A paused queue has no next due time: its due jobs are not promoted, so the
+-- first scheduled score would already have passed and its workers would spin.
+-- Resuming sets the marker instead (protocol §4.2).
+if limits[1] ~= '1' then
+  earliest(scheduled)
+  earliest(gwait)
+end
 out[2] = next_due or -1
 return out
