@@ -4,11 +4,12 @@ from conveyor.client import AsyncQueue, Enqueued, JobRequest, Queue, QueueSettin
 from conveyor.client.events import Event
 from conveyor.client.tasks import Task, Tasks
 from conveyor.errors import ConveyorError, PermanentError
-from conveyor.job import Job, JobState
+from conveyor.job import AttemptError, Job, JobState
 from conveyor.options import JobDefaults
 
 __all__ = [
     "AsyncQueue",
+    "AttemptError",
     "ConveyorError",
     "Enqueued",
     "Event",

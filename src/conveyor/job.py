@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from conveyor import serializers
@@ -25,6 +25,15 @@ class JobState(enum.StrEnum):
 
 
 FINISHED_STATES = frozenset({JobState.COMPLETED, JobState.FAILED})
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptError:
+    """The error of one failed (or stalled) run, from a job's attempt history."""
+
+    attempt: int
+    at: datetime
+    error: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +66,8 @@ class Job:
     finished_at: datetime | None
     # a finished job's record reads as gone from this moment (finished_at + result_ttl)
     expires_at: datetime | None = None
+    # the errors of the last runs that failed or stalled, oldest first (at most 10)
+    errors: tuple[AttemptError, ...] = ()
 
     @property
     def finished(self) -> bool:
@@ -92,6 +103,22 @@ def _json_or_text(value: str | None) -> Any:
         return serializers.loads(value)
     except ValueError:
         return value
+
+
+def _history(value: str | None) -> tuple[AttemptError, ...]:
+    """The record's `errors` field (docs/protocol.md §16.1); unreadable: none."""
+    if not value:
+        return ()
+    try:
+        entries = serializers.loads(value)
+        return tuple(
+            AttemptError(
+                int(e["attempt"]), datetime.fromtimestamp(int(e["at"]) / 1000, UTC), str(e["error"])
+            )
+            for e in entries
+        )
+    except (ValueError, TypeError, KeyError):
+        return ()
 
 
 def job_from_hash(queue: str, job_id: str, raw_hash: Mapping[Any, Any]) -> Job:
@@ -130,4 +157,5 @@ def job_from_hash(queue: str, job_id: str, raw_hash: Mapping[Any, Any]) -> Job:
         started_at=from_ms(_ms(raw, "started_at")),
         finished_at=from_ms(finished_at),
         expires_at=expires_at,
+        errors=_history(raw.get("errors")),
     )
