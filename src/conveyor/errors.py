@@ -17,6 +17,7 @@ ConveyorError
 │   └── UncertainWriteError                 sent, no reply: the write may have been applied
 ├── JobNotFoundError (also KeyError)
 ├── JobFailedError                          wait_result(): the job failed for good
+│   └── JobExpiredError                     ... without running: not started by its `expires`
 ├── WaitTimeoutError (also TimeoutError)    wait_result(): no outcome within the timeout
 ├── LeaseLostError                          a worker's write was refused (fencing)
 ├── JobTimeoutError (also TimeoutError)     a handler ran past its timeout
@@ -104,6 +105,13 @@ class JobFailedError(ConveyorError):
         super().__init__(f"job {job_id!r} failed: {error}")
         self.job_id = job_id
         self.error = error
+
+
+class JobExpiredError(JobFailedError):
+    """The awaited job was not started by its deadline (the `expires` option):
+    it failed without running (docs/protocol.md §16.2)."""
+
+    PREFIX = "JobExpiredError:"
 
 
 class WaitTimeoutError(ConveyorError, TimeoutError):

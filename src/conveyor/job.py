@@ -65,6 +65,8 @@ class Job:
     started_at: datetime | None
     finished_at: datetime | None
     # a finished job's record reads as gone from this moment (finished_at + result_ttl)
+    retained_until: datetime | None = None
+    # the deadline of a job enqueued with `expires`: not started by then, it fails unrun
     expires_at: datetime | None = None
     # the errors of the last runs that failed or stalled, oldest first (at most 10)
     errors: tuple[AttemptError, ...] = ()
@@ -128,9 +130,9 @@ def job_from_hash(queue: str, job_id: str, raw_hash: Mapping[Any, Any]) -> Job:
     progress = raw.get("progress")
     state = _state(raw.get("state"))
     finished_at = _ms(raw, "finished_at")
-    expires_at = None
+    retained_until = None
     if state in FINISHED_STATES and finished_at is not None:
-        expires_at = from_ms(finished_at + _int(raw, "result_ttl"))
+        retained_until = from_ms(finished_at + _int(raw, "result_ttl"))
     return Job(
         id=job_id,
         queue=queue,
@@ -156,6 +158,7 @@ def job_from_hash(queue: str, job_id: str, raw_hash: Mapping[Any, Any]) -> Job:
         run_at=from_ms(_ms(raw, "run_at" if "run_at" in raw else "created_at")),
         started_at=from_ms(_ms(raw, "started_at")),
         finished_at=from_ms(finished_at),
-        expires_at=expires_at,
+        retained_until=retained_until,
+        expires_at=from_ms(_ms(raw, "expires_at")),
         errors=_history(raw.get("errors")),
     )

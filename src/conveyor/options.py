@@ -25,7 +25,7 @@ from conveyor.errors import (
 )
 from conveyor.protocol.keys import ID_PATTERN, NAME_PATTERN
 from conveyor.protocol.ops import JobSpec, UpsertRules
-from conveyor.timeutil import epoch_ms, to_ms
+from conveyor.timeutil import delay_until_ms, epoch_ms, to_ms
 
 MAX_PRIORITY = 2**21
 PRIORITIES = {"high": 0, "normal": 1_000, "low": 2_000}
@@ -63,7 +63,7 @@ ENQUEUE_OPTIONS = frozenset(
         "id", "delay", "run_at", "priority", "max_failures", "max_stalls", "min_backoff",
         "max_backoff", "timeout", "result_ttl", "lifo", "group", "update_data",
         "update_run_at", "update_max_failures", "update_max_stalls", "update_min_backoff",
-        "update_max_backoff", "reset_counts", "index",
+        "update_max_backoff", "reset_counts", "index", "expires",
     }
 )  # fmt: skip
 
@@ -290,7 +290,31 @@ def build_spec(
         request="" if job_id is None else os.urandom(8).hex(),
         index=build_index(options.get("index")),
         given_id=job_id is not None,
+        extra=_extra(options),
     )
+
+
+def _extra(options: Mapping[str, Any]) -> tuple[str, ...]:
+    """The opts lines of the version 4 job semantics (docs/protocol.md §16)."""
+    lines = []
+    expires = options.get("expires")
+    if expires is not None:
+        lines.append(f"expire_in={_expire_in_ms(expires)}")
+    return tuple(lines)
+
+
+def _expire_in_ms(value: object) -> int:
+    """`expires`: seconds from now (or a timedelta), or an aware datetime;
+    as the ms from now after which the job, not started, fails instead."""
+    if isinstance(value, datetime):
+        ms = delay_until_ms(value)
+        if ms < 1:
+            raise ValidationError(f"expires is already past: {value!r}")
+        return ms
+    ms = _seconds(value, "expires")
+    if ms < 1:
+        raise ValidationError(f"expires must be at least 0.001 s from now, got {value!r}")
+    return ms
 
 
 class SpecBuilder:

@@ -59,11 +59,11 @@ def test_a_finished_job_past_its_result_ttl_reads_as_gone(
     _complete(queue, redis_client, "long")
     finished = queue.get("short")
     assert finished is not None and finished.state is JobState.COMPLETED
-    assert finished.expires_at is not None and finished.finished_at is not None
-    assert (finished.expires_at - finished.finished_at).total_seconds() == 0.3
+    assert finished.retained_until is not None and finished.finished_at is not None
+    assert (finished.retained_until - finished.finished_at).total_seconds() == 0.3
     assert queue.counts()[JobState.COMPLETED] == 2
 
-    _wait_past(redis_client, round(finished.expires_at.timestamp() * 1000))
+    _wait_past(redis_client, round(finished.retained_until.timestamp() * 1000))
     core = _core(queue)
     # no sweep ran: the record and its index entry are still in Redis ...
     assert redis_client.exists(core.keys.job("short")) == 1

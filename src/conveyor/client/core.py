@@ -18,6 +18,7 @@ from conveyor.client import resp
 from conveyor.errors import (
     ConnectionLostError,
     EvictionPolicyError,
+    JobExpiredError,
     JobFailedError,
     JobNotFoundError,
     ProtocolVersionError,
@@ -72,6 +73,7 @@ class EnqueueOptions(TypedDict, total=False):
     update_max_backoff: bool
     reset_counts: bool
     index: Mapping[str, str | int]
+    expires: float | timedelta | datetime
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -406,7 +408,7 @@ class QueueCore:
         if not raw:
             return None
         job = job_from_hash(self.name, job_id, raw)
-        if job.expires_at is not None and job.expires_at <= datetime.fromtimestamp(
+        if job.retained_until is not None and job.retained_until <= datetime.fromtimestamp(
             now_ms / 1000, UTC
         ):
             return None
@@ -542,7 +544,10 @@ class QueueCore:
         if reply.state == "missing":
             raise JobNotFoundError(f"no job {job_id!r} in queue {self.name!r}")
         if reply.state == "failed":
-            raise JobFailedError(job_id, reply.payload or "")
+            error = reply.payload or ""
+            if error.startswith(JobExpiredError.PREFIX):
+                raise JobExpiredError(job_id, error)
+            raise JobFailedError(job_id, error)
         return serializers.loads(reply.payload or "null")
 
     # --- server checks ---------------------------------------------------------

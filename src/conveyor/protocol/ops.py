@@ -95,6 +95,8 @@ class JobSpec:
 
     # the caller chose the id (else it is a fresh random one: no stale entry)
     given_id: bool = True
+    # opts lines of the version 4 job semantics (expire_in, dedup ...), rare
+    extra: tuple[str, ...] = ()
 
     def argv(self) -> tuple[Arg, ...]:
         index = "\n".join(f"{field}:{value}" for field, value in self.index) if self.index else ""
@@ -104,6 +106,7 @@ class JobSpec:
         """What differs from the defaults, as enqueue.lua's `opts` lines."""
         if (
             not self.given_id
+            and not self.extra
             and self.delay_ms is None
             and self.run_at_ms is None
             and not self.lifo
@@ -141,6 +144,7 @@ class JobSpec:
             opts.extend(self.rules.options())
         if self.given_id:
             opts.append("given=1")
+        opts.extend(self.extra)
         return "\n".join(opts)
 
 

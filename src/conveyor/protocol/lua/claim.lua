@@ -51,6 +51,9 @@
 -- An id whose record is missing, has an unknown state or non-numeric
 -- counters is recorded as failed with a reason; one whose record is in
 -- another known state (a stale index entry) is dropped.
+-- A job past its deadline (expires_at, §16.2) is failed with JobExpiredError
+-- instead of being leased (finish.lua's final fail: waiters, failure lane,
+-- flow parent, retention in `failed`).
 -- A job that has stalled before (its worker died with it) is claimed alone,
 -- by a worker that runs nothing else (ARGV[7]): if it is a poison job that
 -- kills workers, it takes no other job down with it. Met in any other case,
@@ -59,6 +62,11 @@
 
 -- @include common
 -- @include record
+-- @include upsert
+-- @include place
+-- @include finish
+-- @include flow
+-- @include expire
 
 local meta, ready, scheduled, active = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local marker, events, failed = KEYS[6], KEYS[7], KEYS[8]
@@ -70,7 +78,7 @@ local INF = -1  -- "until an event", stored as +inf in gwait
 
 local FIELDS = {'state', 'task', 'data', 'attempts', 'failures', 'stalls', 'max_failures',
                 'max_stalls', 'min_backoff', 'max_backoff', 'timeout', 'priority', 'created_at',
-                'schedule', 'group', 'data2', 'data3'}
+                'schedule', 'group', 'data2', 'data3', 'expires_at'}
 local RETURNED = 14
 -- Returned fields a record leaves out when they hold their default, by
 -- position, and the text of that default (replies carry bulk strings).
@@ -87,10 +95,6 @@ local out = {now, -1, 0}  -- now, next due, held back by a suspect (1/0), jobs..
 local next_due = nil
 local function due_at(ms)
   if ms and (not next_due or ms < next_due) then next_due = ms end
-end
-
-local function group_ready(group)
-  return base .. 'gready:' .. group
 end
 
 -- Jobs due at the same moment keep their enqueue order: the ready score
@@ -188,6 +192,7 @@ local function fail_corrupt(id, reason)
 end
 
 local leased = 0
+local dropped = 0  -- popped ids that expired (§16.2): they used a turn, not a slot
 local stopped_early = false  -- by a suspect or the visit bound: others may claim on
 
 -- Lease one popped id; returns false when claiming must stop here (a
@@ -206,6 +211,11 @@ local function take(id, score, from)
     return true  -- a stale index entry
   elseif not (attempts and stalls) then
     fail_corrupt(id, 'corrupt record: attempts or stalls is not a number')
+    return true
+  end
+  if past_deadline(f[18], now) then  -- expire if not started (§16.2): failed, not run
+    expire_job(job_key, id, f[18], now, failed, events, maxlen)
+    dropped = dropped + 1
     return true
   end
   if stalls > 0 and (leased > 0 or not alone) then
@@ -327,7 +337,7 @@ if limits[1] ~= '1' then
   -- Wake another idle worker only if it could claim something now: not when
   -- a limit or held-back groups are what stopped this call.
   local more = redis.call('ZCARD', ready) > 0 or redis.call('EXISTS', groups) == 1
-  if more and n >= count and (leased >= n or stopped_early) then
+  if more and n >= count and (leased + dropped >= n or stopped_early) then
     wake(marker)
   end
 end
