@@ -64,6 +64,7 @@ ENQUEUE_OPTIONS = frozenset(
         "max_backoff", "timeout", "result_ttl", "lifo", "group", "update_data",
         "update_run_at", "update_max_failures", "update_max_stalls", "update_min_backoff",
         "update_max_backoff", "reset_counts", "index", "expires",
+        "dedup", "dedup_ttl", "debounce",
     }
 )  # fmt: skip
 
@@ -269,6 +270,11 @@ def build_spec(
     delay, run_at = options.get("delay"), options.get("run_at")
     if delay is not None and run_at is not None:
         raise ValidationError("give delay or run_at, not both")
+    debounce = options.get("debounce")
+    if debounce is not None:
+        if delay is not None or run_at is not None:
+            raise ValidationError("debounce sets the delay itself: no delay or run_at with it")
+        delay = debounce
     job_id = options.get("id")
     return JobSpec(
         id=new_job_id() if job_id is None else check_job_id(job_id),
@@ -300,7 +306,39 @@ def _extra(options: Mapping[str, Any]) -> tuple[str, ...]:
     expires = options.get("expires")
     if expires is not None:
         lines.append(f"expire_in={_expire_in_ms(expires)}")
+    lines.extend(_dedup(options))
     return tuple(lines)
+
+
+def _dedup(options: Mapping[str, Any]) -> list[str]:
+    """Deduplication (§16.3): `dedup` alone is simple mode, with `dedup_ttl`
+    throttle, with `debounce` debounce."""
+    key, ttl, debounce = (options.get(n) for n in ("dedup", "dedup_ttl", "debounce"))
+    if key is None:
+        if ttl is not None or debounce is not None:
+            raise ValidationError("dedup_ttl and debounce need a dedup key (dedup=...)")
+        return []
+    if not isinstance(key, str) or not ID_PATTERN.fullmatch(key):
+        raise ValidationError(f"dedup must be 1-256 printable ASCII characters: {key!r}")
+    if ttl is not None and debounce is not None:
+        raise ValidationError("give dedup_ttl (throttle) or debounce, not both")
+    if ttl is not None:
+        return [
+            f"dedup={key}",
+            "dedup_mode=throttle",
+            f"dedup_ttl={_positive_ms(ttl, 'dedup_ttl')}",
+        ]
+    if debounce is not None:
+        _positive_ms(debounce, "debounce")
+        return [f"dedup={key}", "dedup_mode=debounce"]
+    return [f"dedup={key}", "dedup_mode=simple"]
+
+
+def _positive_ms(value: object, what: str) -> int:
+    ms = _seconds(value, what)
+    if ms < 1:
+        raise ValidationError(f"{what} must be at least 0.001 s, got {value!r}")
+    return ms
 
 
 def _expire_in_ms(value: object) -> int:
@@ -311,10 +349,7 @@ def _expire_in_ms(value: object) -> int:
         if ms < 1:
             raise ValidationError(f"expires is already past: {value!r}")
         return ms
-    ms = _seconds(value, "expires")
-    if ms < 1:
-        raise ValidationError(f"expires must be at least 0.001 s from now, got {value!r}")
-    return ms
+    return _positive_ms(value, "expires")
 
 
 class SpecBuilder:

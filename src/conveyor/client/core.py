@@ -74,6 +74,9 @@ class EnqueueOptions(TypedDict, total=False):
     reset_counts: bool
     index: Mapping[str, str | int]
     expires: float | timedelta | datetime
+    dedup: str
+    dedup_ttl: float | timedelta
+    debounce: float | timedelta
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -99,12 +102,15 @@ class JobRequest:
 
 @dataclass(frozen=True, slots=True)
 class Enqueued:
-    """What an enqueue did: `outcome` is created, updated, blocked or exists."""
+    """What an enqueue did: `outcome` is created, updated, blocked, exists or
+    deduplicated. A job that was deduplicated (or with `debounce`, updated the
+    standing job) reports the id and state of the job that stands for its
+    dedup key (state None when that job's record is gone)."""
 
     id: str
     queue: str
     outcome: str
-    state: JobState
+    state: JobState | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,8 +190,10 @@ def _text(value: Any) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def _job_state(value: Any) -> JobState:
-    return JobState(ops.text(value))
+def _job_state(value: Any) -> JobState | None:
+    """None: the record is gone (a throttled job's standing job, §16.3)."""
+    text = ops.text(value)
+    return JobState(text) if text else None
 
 
 class QueueCore:
@@ -293,8 +301,13 @@ class QueueCore:
             if reply != len(ids):
                 raise ValueError(f"enqueue_new replied {reply} for {len(ids)} jobs")
             return [Enqueued(job_id, name, "created", JobState.WAITING) for job_id in ids]
-        if len(reply) != 2 * len(ids):
+        n = 2 * len(ids)
+        if len(reply) < n or (len(reply) - n) % 2:
             raise ValueError(f"enqueue replied {len(reply)} items for {len(ids)} jobs")
+        if len(reply) > n:  # deduplicated jobs: the id of the job that stands (§16.3)
+            ids = list(ids)
+            for k in range(n, len(reply), 2):
+                ids[int(reply[k]) - 1] = ops.text(reply[k + 1])
         return [
             Enqueued(job_id, name, _text(reply[2 * k]), _job_state(reply[2 * k + 1]))
             for k, job_id in enumerate(ids)
