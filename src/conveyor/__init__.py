@@ -3,7 +3,7 @@
 from conveyor.client import AsyncQueue, Enqueued, JobRequest, Queue, QueueSettings, WorkerInfo
 from conveyor.client.events import Event
 from conveyor.client.tasks import Task, Tasks
-from conveyor.errors import ConveyorError, PermanentError
+from conveyor.errors import ConveyorError, PermanentError, RateLimited
 from conveyor.job import AttemptError, Job, JobState
 from conveyor.options import JobDefaults
 
@@ -20,6 +20,7 @@ __all__ = [
     "PermanentError",
     "Queue",
     "QueueSettings",
+    "RateLimited",
     "Task",
     "Tasks",
     "WorkerInfo",

@@ -21,7 +21,8 @@ ConveyorError
 ├── WaitTimeoutError (also TimeoutError)    wait_result(): no outcome within the timeout
 ├── LeaseLostError                          a worker's write was refused (fencing)
 ├── JobTimeoutError (also TimeoutError)     a handler ran past its timeout
-└── PermanentError                          raised by a handler: fail now, never retry
+├── PermanentError                          raised by a handler: fail now, never retry
+└── RateLimited                             raised by a handler: an external limit; back unpunished
 """
 
 from __future__ import annotations
@@ -130,3 +131,21 @@ class PermanentError(ConveyorError):
     """
 
     retry_at: datetime | float | None = None
+
+
+class RateLimited(ConveyorError):
+    """Raise from a handler that hit an external limit (an HTTP 429, say): the
+    job goes back to wait with no failure counted, and its queue (scope
+    "queue") or its group (scope "group"; the queue for an ungrouped job)
+    starts nothing for `retry_after` seconds (docs/protocol.md §16.4)."""
+
+    def __init__(self, retry_after: float, *, scope: str = "queue") -> None:
+        if isinstance(retry_after, bool) or not isinstance(retry_after, int | float):
+            raise ValidationError(f"retry_after must be seconds, got {retry_after!r}")
+        if not 0.001 <= retry_after <= 86_400:
+            raise ValidationError(f"retry_after must be in [0.001, 86400] s, got {retry_after!r}")
+        if scope not in ("queue", "group"):
+            raise ValidationError(f"scope must be 'queue' or 'group', got {scope!r}")
+        super().__init__(f"rate limited for {retry_after} s ({scope})")
+        self.retry_after = retry_after
+        self.scope = scope

@@ -103,6 +103,9 @@ def sample_call(name: str) -> ops.Call:
             keys, completed=1, failed=0, retried=0, stalled=0, timings={}, retention_ms=1
         ),
         "job_log": observe.job_log(keys, job_id="id", token="t", lines=["a line"]),
+        "rate_limited": ops.rate_limited(
+            keys, [("id", "t")], wait_ms=1, scope="queue", events_maxlen=10
+        ),
         "flow_add": flows.flow_add(keys, [flows.FlowNodeArgs(spec, "", "", ())], events_maxlen=10),
         "flow_settle": flows.flow_settle(
             keys, [flows.HandOff("1-0", "q/p", "o/c", "completed", "1", "")], events_maxlen=10

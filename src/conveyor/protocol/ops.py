@@ -485,3 +485,24 @@ def remove(keys: QueueKeys, job_id: str, *, events_maxlen: int) -> Call:
          keys.events),
         (job_id, events_maxlen),
     )  # fmt: skip
+
+
+def rate_limited(
+    keys: QueueKeys,
+    leases: Sequence[tuple[str, str]],
+    *,
+    wait_ms: int,
+    scope: str,
+    events_maxlen: int,
+) -> Call:
+    """Give (id, token) leases back unpunished and hold the queue or their
+    groups `wait_ms` (rate_limited.lua)."""
+    args: list[Arg] = [events_maxlen, wait_ms, scope]
+    for job_id, token in leases:
+        args.extend((job_id, token))
+    return Call(
+        "rate_limited",
+        (keys.base, keys.active, keys.ready, keys.scheduled, keys.marker, keys.events,
+         keys.blocked, keys.meta, keys.groups, keys.gwait),
+        tuple(args),
+    )  # fmt: skip

@@ -31,6 +31,7 @@ SCRIPT_NAMES = (
     "reprioritize",
     "retry",
     "remove",
+    "rate_limited",
     "record_metrics",
     "job_log",
     "flow_add",

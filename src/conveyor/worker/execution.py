@@ -13,7 +13,7 @@ from typing import Any
 
 from conveyor import serializers
 from conveyor.client.tasks import Task
-from conveyor.errors import JobTimeoutError, NotSerializableError, PermanentError
+from conveyor.errors import JobTimeoutError, NotSerializableError, PermanentError, RateLimited
 from conveyor.timeutil import delay_until_ms
 from conveyor.worker.context import JobContext, set_current
 
@@ -51,7 +51,15 @@ class Failure:
     exc: BaseException | None = None  # what the handler raised, for hooks
 
 
-Outcome = Success | Failure | None  # None: lease lost, nothing to write
+@dataclass(frozen=True, slots=True)
+class Limited:
+    """The handler raised RateLimited: back unpunished, its queue or group held."""
+
+    wait_ms: int
+    scope: str
+
+
+Outcome = Success | Failure | Limited | None  # None: lease lost, nothing to write
 
 
 def describe(exc: BaseException) -> str:
@@ -71,7 +79,9 @@ def _retry_delay(exc: BaseException) -> int | None:
         return None
 
 
-def failure_of(exc: BaseException) -> Failure:
+def failure_of(exc: BaseException) -> Failure | Limited:
+    if isinstance(exc, RateLimited):
+        return Limited(max(1, round(exc.retry_after * 1000)), exc.scope)
     permanent = isinstance(exc, PermanentError | NotSerializableError)
     return Failure(describe(exc), permanent, _retry_delay(exc), exc)
 

@@ -2,8 +2,9 @@
 -- within the queue's and the groups' limits, round robin between groups.
 --
 -- KEYS[1] base        `<prefix>:{<queue>}:` — job:<id>, gready:<group>, gconf:<group>,
---                     rate:<window>, grate:<group>:<window> derive from it
--- KEYS[2] meta        hash: `paused`; limits `concurrency`, `rate`, `window`;
+--                     rate, grate:<group> (sliding-window logs, rate.lua) derive from it
+-- KEYS[2] meta        hash: `paused`; limits `concurrency`, `rate`, `window`,
+--                     `held_until` (ms: an external limit a handler signalled);
 --                     group defaults `group_concurrency`, `group_rate`, `group_window`;
 --                     round-robin counters `rr`, `rr_ungrouped`
 -- KEYS[3] ready       zset: ungrouped jobs, priority * 2^31 + seq
@@ -67,6 +68,7 @@
 -- @include finish
 -- @include flow
 -- @include expire
+-- @include rate
 
 local meta, ready, scheduled, active = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local marker, events, failed = KEYS[6], KEYS[7], KEYS[8]
@@ -126,20 +128,9 @@ local function promote()
   end
 end
 
--- A fixed-window counter: how many were taken in the window holding `now`.
-local function window(key_prefix, window_ms)
-  local index = math.floor(now / window_ms)
-  local key = key_prefix .. index
-  return key, num(redis.call('GET', key), 0), (index + 1) * window_ms
-end
-
-local function count_in_window(key, window_ms, n)
-  redis.call('INCRBY', key, n)
-  redis.call('PEXPIRE', key, window_ms * 2)
-end
-
 local limits = redis.call('HMGET', meta, 'paused', 'concurrency', 'rate', 'window',
-                          'group_concurrency', 'group_rate', 'group_window', 'rr_ungrouped')
+                          'group_concurrency', 'group_rate', 'group_window', 'rr_ungrouped',
+                          'held_until')
 
 -- How many jobs the queue-wide limits let this call take.
 local function queue_allowance()
@@ -148,12 +139,16 @@ local function queue_allowance()
   if cap then
     allowed = math.min(allowed, cap - redis.call('ZCARD', active))
   end
+  local held = tonumber(limits[9])  -- an external limit a handler signalled (§16.4)
+  if held and held > now then
+    due_at(held)
+    return 0
+  end
   local rate = tonumber(limits[3])
   if rate then
-    local window_ms = num(limits[4], 1000)
-    local _, used, ends = window(base .. 'rate:', window_ms)
-    if used >= rate then due_at(ends) end
-    allowed = math.min(allowed, rate - used)
+    local room, frees = rate_room(base .. 'rate', rate, num(limits[4], 1000), now)
+    due_at(frees)
+    allowed = math.min(allowed, room)
   end
   return math.max(allowed, 0)
 end
@@ -167,8 +162,9 @@ local function group_hold(group)
   if cap and num(redis.call('HGET', gactive, group), 0) >= cap then return INF end
   local rate = tonumber(conf[3]) or tonumber(limits[6])
   if rate then
-    local _, used, ends = window(base .. 'grate:' .. group .. ':', num(conf[4], num(limits[7], 1000)))
-    if used >= rate then return ends end
+    local window_ms = num(conf[4], num(limits[7], 1000))
+    local room, frees = rate_room(base .. 'grate:' .. group, rate, window_ms, now)
+    if room < 1 then return frees end
   end
   return nil
 end
@@ -295,8 +291,7 @@ local function claim_round_robin(n)
           if leased > before then
             local conf = redis.call('HMGET', base .. 'gconf:' .. group, 'rate', 'window')
             if tonumber(conf[1]) or tonumber(limits[6]) then
-              local wkey = window(base .. 'grate:' .. group .. ':', num(conf[2], num(limits[7], 1000)))
-              count_in_window(wkey, num(conf[2], num(limits[7], 1000)), 1)
+              rate_log(base .. 'grate:' .. group, 1, num(conf[2], num(limits[7], 1000)), now)
             end
           end
           if redis.call('ZCARD', key) > 0 then
@@ -330,8 +325,7 @@ if limits[1] ~= '1' then
       claim_round_robin(n)
     end
     if leased > 0 and tonumber(limits[3]) then
-      local window_ms = num(limits[4], 1000)
-      count_in_window(window(base .. 'rate:', window_ms), window_ms, leased)
+      rate_log(base .. 'rate', leased, num(limits[4], 1000), now)
     end
   end
   -- Wake another idle worker only if it could claim something now: not when
