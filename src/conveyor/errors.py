@@ -7,6 +7,7 @@ ConveyorError
 │   ├── PayloadTooLargeError
 │   ├── NotSerializableError                data or result is not JSON
 │   └── UnknownOptionError (also TypeError)
+├── GroupFullError                          a group is at its max_waiting: the job was refused
 ├── ConfigurationError                      bad settings (URL, missing Redis binary ...)
 ├── ServerError                             the Redis server cannot be used
 │   ├── UnsupportedServerError              older than Redis 6.2
@@ -28,6 +29,7 @@ ConveyorError
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 
 class ConveyorError(Exception):
@@ -149,3 +151,14 @@ class RateLimited(ConveyorError):
         super().__init__(f"rate limited for {retry_after} s ({scope})")
         self.retry_after = retry_after
         self.scope = scope
+
+
+class GroupFullError(ConveyorError):
+    """A new job of a group that is at its `max_waiting` was refused (nothing
+    of it was written). `refused` are those jobs' ids; `results` every job's
+    outcome of the call (the others were enqueued)."""
+
+    def __init__(self, refused: list[str], results: list[Any]) -> None:
+        super().__init__(f"{len(refused)} job(s) refused: their group is full ({refused[:5]})")
+        self.refused = refused
+        self.results = results

@@ -64,7 +64,7 @@ ENQUEUE_OPTIONS = frozenset(
         "max_backoff", "timeout", "result_ttl", "lifo", "group", "update_data",
         "update_run_at", "update_max_failures", "update_max_stalls", "update_min_backoff",
         "update_max_backoff", "reset_counts", "index", "expires",
-        "dedup", "dedup_ttl", "debounce",
+        "dedup", "dedup_ttl", "debounce", "concurrency_keys",
     }
 )  # fmt: skip
 
@@ -307,7 +307,20 @@ def _extra(options: Mapping[str, Any]) -> tuple[str, ...]:
     if expires is not None:
         lines.append(f"expire_in={_expire_in_ms(expires)}")
     lines.extend(_dedup(options))
+    keys = options.get("concurrency_keys")
+    if keys is not None:
+        lines.append(f"ckeys={','.join(_concurrency_keys(keys))}")
     return tuple(lines)
+
+
+def _concurrency_keys(value: object) -> list[str]:
+    """1-4 distinct key names (§16.5)."""
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ValidationError(f"concurrency_keys must be a list of names, got {value!r}")
+    names = [check_name(k, "concurrency key") for k in value]
+    if not 1 <= len(names) <= 4 or len(set(names)) != len(names):
+        raise ValidationError(f"concurrency_keys must be 1-4 distinct names, got {value!r}")
+    return names
 
 
 def _dedup(options: Mapping[str, Any]) -> list[str]:

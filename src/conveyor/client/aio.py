@@ -265,12 +265,30 @@ class AsyncQueue:
         concurrency: int | None = None,
         rate: int | None = None,
         per: float = 1.0,
+        max_waiting: int | None = None,
     ) -> None:
         """Limits of one group (a tenant, a user), or with `group=None` the
-        defaults of every group that has none of its own."""
+        defaults of every group that has none of its own. `max_waiting`: a
+        new job of the group is refused (GroupFullError) while this many of
+        its jobs wait."""
         call = self.core.limits_call(
-            "group", group=group or "", concurrency=concurrency, rate=rate, per=per
-        )
+            "group", group=group or "", concurrency=concurrency, rate=rate, per=per,
+            max_waiting=max_waiting,
+        )  # fmt: skip
+        await self._runner.run(call)
+
+    async def set_key_limits(
+        self,
+        key: str,
+        *,
+        concurrency: int | None = None,
+        rate: int | None = None,
+        per: float = 1.0,
+    ) -> None:
+        """Limits of a concurrency key (jobs name theirs with
+        `concurrency_keys=`): at most `concurrency` of its jobs running, at
+        most `rate` started per `per` seconds; changeable at any time."""
+        call = self.core.limits_call("key", group=key, concurrency=concurrency, rate=rate, per=per)
         await self._runner.run(call)
 
     async def pause_group(self, group: str) -> None:
@@ -501,8 +519,8 @@ class AsyncQueue:
             for group in names[: inspect.MAX_GROUPS_SHOWN]:
                 pipe.hgetall(keys.group_conf(group))
             cards_and_replies = await pipe.execute()
-        cards, replies = cards_and_replies[: len(pairs)], cards_and_replies[len(pairs) :]
-        counts = {state: int(n) for (state, _), n in zip(pairs, cards, strict=True)}
+        cards, replies = cards_and_replies[: len(pairs) + 1], cards_and_replies[len(pairs) + 1 :]
+        counts = self.core.counts_from(0, cards)
         waiting, confs = replies[: len(names)], replies[len(names) :]
         return inspect.overview(self.name, meta, counts, names, waiting, running, confs)
 

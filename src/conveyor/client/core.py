@@ -18,6 +18,7 @@ from conveyor.client import resp
 from conveyor.errors import (
     ConnectionLostError,
     EvictionPolicyError,
+    GroupFullError,
     JobExpiredError,
     JobFailedError,
     JobNotFoundError,
@@ -77,6 +78,7 @@ class EnqueueOptions(TypedDict, total=False):
     dedup: str
     dedup_ttl: float | timedelta
     debounce: float | timedelta
+    concurrency_keys: Sequence[str]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -241,7 +243,7 @@ class QueueCore:
     def enqueued_one(self, job_id: str, reply: Any) -> Enqueued:
         if reply == 1:  # enqueue_new's, the common case, without building lists
             return Enqueued(job_id, self.name, "created", JobState.WAITING)
-        return self._enqueued([job_id], reply)[0]
+        return _refusing(self._enqueued([job_id], reply))[0]
 
     def enqueue_call(self, specs: Sequence[ops.JobSpec]) -> ops.Call:
         """enqueue_new when every job is new and plain (a generated id, no
@@ -291,7 +293,9 @@ class QueueCore:
 
     def enqueued_many(self, ids: list[Sequence[str]], replies: list[Any]) -> list[Enqueued]:
         """What each call of enqueue_many_calls did, job by job."""
-        return [e for i, r in zip(ids, replies, strict=True) for e in self._enqueued(i, r)]
+        return _refusing(
+            [e for i, r in zip(ids, replies, strict=True) for e in self._enqueued(i, r)]
+        )
 
     def _enqueued(self, ids: Sequence[str], reply: Any) -> list[Enqueued]:
         """What an enqueue call did to each job: enqueue_new replies with the
@@ -444,15 +448,15 @@ class QueueCore:
         ]
         for state, key in self.count_keys():
             keys.append((key, f"({now_ms}" if state in FINISHED_STATES else None))
+        keys.append((self.keys.base + "parked", None))  # waiting, parked on a key (§16.5)
         return keys
 
     def counts_from(self, groups: int, replies: Sequence[Any]) -> dict[JobState, int]:
         """Jobs per state from the replies of `count_keys_at` for `groups` groups."""
         in_groups = sum(int(n) for n in replies[:groups])
-        counts = {
-            state: int(n) for (state, _), n in zip(self.count_keys(), replies[groups:], strict=True)
-        }
-        counts[JobState.WAITING] += in_groups
+        *indexes, parked = replies[groups:]
+        counts = {state: int(n) for (state, _), n in zip(self.count_keys(), indexes, strict=True)}
+        counts[JobState.WAITING] += in_groups + int(parked)
         return counts
 
     def id_index(
@@ -523,11 +527,13 @@ class QueueCore:
         concurrency: int | None = None,
         rate: int | None = None,
         per: float = 1.0,
+        max_waiting: int | None = None,
     ) -> ops.Call:
         """Validate and build a limits call (see limits.lua)."""
         if group:
-            check_name(group, "group key")
-        for name, value in (("concurrency", concurrency), ("rate", rate)):
+            check_name(group, "concurrency key" if what == "key" else "group key")
+        limits = (("concurrency", concurrency), ("rate", rate), ("max_waiting", max_waiting))
+        for name, value in limits:
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or value < 1
             ):
@@ -541,6 +547,7 @@ class QueueCore:
             concurrency=concurrency,
             rate=rate,
             window_ms=None if rate is None else round(per * 1000),
+            max_waiting=max_waiting,
         )
 
     def workers(self, ids: Sequence[Any], infos: Sequence[Any]) -> list[WorkerInfo]:
@@ -588,6 +595,15 @@ class QueueCore:
                 f"queue {self.name!r} uses protocol version {found}; "
                 f"this Conveyor speaks {PROTOCOL_VERSION}"
             )
+
+
+def _refusing(results: list[Enqueued]) -> list[Enqueued]:
+    """The results, unless a job was refused (its group at max_waiting, §16.5):
+    then GroupFullError, carrying every job's result."""
+    refused = [e.id for e in results if e.outcome == "refused"]
+    if refused:
+        raise GroupFullError(refused, results)
+    return results
 
 
 def _requests(jobs: Iterable[JobRequest | tuple[str, Any]]) -> list[JobRequest]:

@@ -443,8 +443,10 @@ def limits(
     concurrency: int | None = None,
     rate: int | None = None,
     window_ms: int | None = None,
+    max_waiting: int | None = None,
 ) -> Call:
-    """Set queue or group limits, or pause / resume a group; see limits.lua."""
+    """Set queue, group or concurrency key limits, or pause / resume a group;
+    see limits.lua."""
 
     def given(value: int | None) -> Arg:
         return "" if value is None else value
@@ -452,7 +454,7 @@ def limits(
     return Call(
         "limits",
         (keys.base, keys.meta, keys.groups, keys.gwait, keys.marker),
-        (what, group, given(concurrency), given(rate), given(window_ms)),
+        (what, group, given(concurrency), given(rate), given(window_ms), given(max_waiting)),
     )
 
 

@@ -52,6 +52,8 @@
 -- An id whose record is missing, has an unknown state or non-numeric
 -- counters is recorded as failed with a reason; one whose record is in
 -- another known state (a stale index entry) is dropped.
+-- A job with concurrency keys (ckeys, §16.5) that one of its keys holds back
+-- is parked on that key instead (ckeys.lua), and the claim goes on.
 -- A job past its deadline (expires_at, §16.2) is failed with JobExpiredError
 -- instead of being leased (finish.lua's final fail: waiters, failure lane,
 -- flow parent, retention in `failed`).
@@ -65,10 +67,11 @@
 -- @include record
 -- @include upsert
 -- @include place
+-- @include rate
+-- @include ckeys
 -- @include finish
 -- @include flow
 -- @include expire
--- @include rate
 
 local meta, ready, scheduled, active = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local marker, events, failed = KEYS[6], KEYS[7], KEYS[8]
@@ -80,7 +83,7 @@ local INF = -1  -- "until an event", stored as +inf in gwait
 
 local FIELDS = {'state', 'task', 'data', 'attempts', 'failures', 'stalls', 'max_failures',
                 'max_stalls', 'min_backoff', 'max_backoff', 'timeout', 'priority', 'created_at',
-                'schedule', 'group', 'data2', 'data3', 'expires_at'}
+                'schedule', 'group', 'data2', 'data3', 'expires_at', 'ckeys'}
 local RETURNED = 14
 -- Returned fields a record leaves out when they hold their default, by
 -- position, and the text of that default (replies carry bulk strings).
@@ -214,6 +217,14 @@ local function take(id, score, from)
     dropped = dropped + 1
     return true
   end
+  if f[19] then  -- concurrency keys (§16.5): park the job while one holds it back
+    local key, until_ms = ckey_hold(f[19], now)
+    if key then
+      ckey_park(id, score, key, until_ms)
+      dropped = dropped + 1
+      return true
+    end
+  end
   if stalls > 0 and (leased > 0 or not alone) then
     redis.call('ZADD', from, score, id)  -- a suspect runs alone, in the next claim
     out[3] = 1
@@ -227,6 +238,7 @@ local function take(id, score, from)
   if f[15] and f[15] ~= '' then
     redis.call('HINCRBY', gactive, f[15], 1)
   end
+  if f[19] then ckey_take(f[19], now) end
   out[#out + 1] = id
   f[3] = read_data(job_key, f[3], f[16], f[17])
   f[4] = attempts
@@ -317,6 +329,7 @@ end
 
 if limits[1] ~= '1' then
   promote()
+  ckey_release_due(now, promote_limit, marker)
   local n = queue_allowance()
   if n > 0 then
     if redis.call('EXISTS', groups) == 0 then
@@ -341,6 +354,7 @@ end
 if limits[1] ~= '1' then
   earliest(scheduled)
   earliest(gwait)
+  earliest(base .. 'kheld')
 end
 out[2] = next_due or -1
 return out

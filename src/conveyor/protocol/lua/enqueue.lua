@@ -30,7 +30,8 @@
 --   now + expire_in; stored as expires_at, set at creation only: §16.2)
 --
 -- dedup (a key), dedup_mode (simple|throttle|debounce), dedup_ttl (ms,
---   throttle): deduplication, dedup.lua and §16.3.
+--   throttle): deduplication, dedup.lua and §16.3; ckeys (comma-separated
+--   concurrency keys, ckeys.lua and §16.5).
 --
 -- Returns, per job in order: outcome, state; then, for each job that was
 --   deduplicated (outcome 'deduplicated') or updated the job standing for its
@@ -38,6 +39,7 @@
 --   the standing job's id; the state reported is that job's ('' when its
 --   record is gone) (§16.3)
 --   outcome: 'created' | 'updated' (waiting/delayed job upserted)
+--            | 'refused' (a new job of a group at its max_waiting; state '')
 --            | 'blocked' (job active: stored as its blocked twin)
 --            | 'exists' (job finished and still retained, or this very call
 --              was applied before — a re-send: nothing changed)
@@ -70,7 +72,7 @@ local OPTIONS = {priority = true, delay = true, run_at = true, max_failures = tr
                  result_ttl = true, lifo = true, group = true, u_data = true, u_run_at = true,
                  u_max_failures = true, u_max_stalls = true, u_min_backoff = true,
                  u_max_backoff = true, u_reset = true, given = true, expire_in = true,
-                 dedup = true, dedup_mode = true, dedup_ttl = true}
+                 dedup = true, dedup_mode = true, dedup_ttl = true, ckeys = true}
 local RULES = {u_data = '1', u_run_at = '1', u_max_failures = '0', u_max_stalls = '0',
                u_min_backoff = '0', u_max_backoff = '0', u_reset = '1'}
 
@@ -141,6 +143,14 @@ local function replayed(job_key, j)
       or redis.call('HGET', base .. 'blocked:' .. j.id, 'req') == j.req
 end
 
+-- A group's cap on waiting jobs (§16.5): `gconf:<group>` `max_waiting`, else
+-- `meta` `group_max_waiting`; a new job beyond it is refused.
+local function group_full(group)
+  local cap = tonumber(redis.call('HGET', base .. 'gconf:' .. group, 'max_waiting'))
+      or tonumber(redis.call('HGET', meta, 'group_max_waiting'))
+  return cap ~= nil and redis.call('ZCARD', base .. 'gready:' .. group) >= cap
+end
+
 SEQ_BLOCK = math.max(1, math.floor((#ARGV - 2) / F))
 
 -- New waiting jobs enter ready in one ZADD per up to 200 jobs, not one each.
@@ -182,6 +192,8 @@ for i = 3, #ARGV, F do
     standing_ids[#standing_ids + 1] = standing
   elseif state and (j.fresh or (j.req ~= '' and replayed(job_key, j))) then
     outcome = 'exists'
+  elseif not state and j.group and group_full(j.group) then
+    outcome, state = 'refused', ''
   elseif not state then
     outcome, state = 'created', create_job(job_key, j, now, Q, maxlen)
     if j.dedup then stand_for(j, j.id) end

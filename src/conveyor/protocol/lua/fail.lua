@@ -37,6 +37,8 @@
 -- @include record
 -- @include upsert
 -- @include place
+-- @include rate
+-- @include ckeys
 -- @include finish
 -- @include flow
 -- @include history
