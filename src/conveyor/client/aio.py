@@ -7,7 +7,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Unpack
 
 import redis
@@ -214,10 +214,16 @@ class AsyncQueue:
         *,
         cron: str | None = None,
         every: float | timedelta | None = None,
+        tz: str | None = None,
+        start: datetime | float | None = None,
+        end: datetime | float | None = None,
+        max_runs: int | None = None,
         **options: Any,
     ) -> str:
-        """Create or replace a repeatable job: a 5-field `cron` expression (UTC)
-        or a fixed interval `every` seconds. Exactly one job runs per tick,
+        """Create or replace a repeatable job: a `cron` expression (5 fields,
+        or 6 with seconds first) read in time zone `tz` (UTC by default), or a
+        fixed interval `every` seconds; no tick before `start`, none after
+        `end`, at most `max_runs` in all. Exactly one job runs per tick,
         however many workers run; returns the pending job's id. `options`:
         priority, max_failures, max_stalls, min_backoff, max_backoff, timeout,
         result_ttl, group."""
@@ -225,8 +231,9 @@ class AsyncQueue:
         after = None
         for _ in range(10):  # a tick already run early is skipped for the next one
             call = self.core.schedule_call(
-                schedule_id, task, data, cron=cron, every=every, options=options, after_ms=after
-            )
+                schedule_id, task, data, cron=cron, every=every, options=options,
+                after_ms=after, tz=tz, start=start, end=end, max_runs=max_runs,
+            )  # fmt: skip
             job_id = ops.text((await self._runner.run(call))[0])
             if job_id:
                 return job_id
@@ -243,6 +250,15 @@ class AsyncQueue:
                 pipe.hgetall(keys.schedule(schedule_id))
             raws = await pipe.execute() if ids else []
         return [self.core.schedule_info(i, raw) for i, raw in zip(ids, raws, strict=True) if raw]
+
+    async def next_runs(self, schedule_id: str, *, count: int = 5) -> list[datetime]:
+        """A schedule's next `count` fire times, from its pending tick (within
+        its end and its runs left); empty when it ended or does not exist."""
+        with translated():
+            raw = await self.client.hgetall(self.core.keys.schedule(schedule_id))
+        if not raw:
+            return []
+        return list(self.core.schedule_info(schedule_id, raw, count=count).upcoming)
 
     async def unschedule(self, schedule_id: str) -> bool:
         """Remove a schedule and its pending job (if not started); True if it existed."""

@@ -44,8 +44,8 @@ from conveyor.options import (
 from conveyor.protocol import ops, schedules
 from conveyor.protocol.keys import FAILURE_LANE, PROTOCOL_VERSION, QueueKeys
 from conveyor.protocol.scripts import SCRIPT_NAMES, Script, load_script
-from conveyor.timeutil import from_ms, to_ms
-from conveyor.timing import check_cron, next_tick
+from conveyor.timeutil import epoch_ms, from_ms, to_ms
+from conveyor.timing import check_cron, check_tz, next_tick, upcoming
 
 MIN_SERVER = (6, 2, 0)
 EvictionCheck = Literal["error", "warn", "ignore"]
@@ -126,6 +126,15 @@ class ScheduleInfo:
     every: float | None
     next_run: datetime | None
     job_id: str | None
+    # version 4 (docs/protocol.md §16.6)
+    tz: str | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+    max_runs: int | None = None
+    runs: int = 0  # the ticks made since this definition, the pending one included
+    ended: datetime | None = None  # past its end, or all its runs made
+    # the next fire times, from the pending tick on (at most 5; see next_runs)
+    upcoming: tuple[datetime, ...] = ()
 
 
 # The options a schedule's job template may set (timing is the schedule's own).
@@ -327,10 +336,14 @@ class QueueCore:
         every: float | timedelta | None,
         options: Mapping[str, Any],
         after_ms: int | None = None,
+        tz: str | None = None,
+        start: datetime | float | None = None,
+        end: datetime | float | None = None,
+        max_runs: int | None = None,
     ) -> ops.Call:
         """Validate a schedule and build its call; the first tick is the next
-        cron time, or one interval, after now (or after `after_ms`: a retry
-        when that tick was taken)."""
+        cron time (in `tz`), or one interval, after now and not before
+        `start` (or after `after_ms`: a retry when that tick was taken)."""
         check_job_id(schedule_id + "@" + "0" * 13)  # its tick jobs' ids must be valid
         if (cron is None) == (every is None):
             raise ValidationError("give exactly one of cron= or every=")
@@ -346,12 +359,17 @@ class QueueCore:
         now_ms = round(time.time() * 1000)
         if after_ms is not None:
             now_ms = after_ms
+        window = _schedule_window(tz, start, end, max_runs, cron)
         first = next_tick(
             cron=None if cron is None else check_cron(cron),
             every_ms=every_ms,
             fired_ms=now_ms,
             now_ms=now_ms,
+            tz=tz,
+            not_before_ms=window[1],
         )
+        if window[2] is not None and first > window[2]:
+            raise ValidationError("the schedule has no tick before its end")
         return schedules.schedule(
             self.keys,
             schedule_id,
@@ -360,19 +378,51 @@ class QueueCore:
             every_ms=every_ms,
             template=template,
             events_maxlen=self.settings.events_maxlen,
+            tz=tz,
+            start_ms=window[1],
+            end_ms=window[2],
+            limit=max_runs,
         )
 
-    def schedule_info(self, schedule_id: str, raw: Mapping[Any, Any]) -> ScheduleInfo:
+    def schedule_info(
+        self, schedule_id: str, raw: Mapping[Any, Any], *, count: int = 5
+    ) -> ScheduleInfo:
+        """A schedule read from its hash, with its next `count` fire times."""
         f = {ops.text(k): ops.text(v) for k, v in raw.items()}
         every = f.get("every")
+
+        def ms(name: str) -> int | None:
+            value = f.get(name)
+            return int(value) if value else None
+
+        cron, tz, limit, runs = f.get("cron") or None, f.get("tz") or None, ms("limit"), ms("runs")
+        pending = ms("next")
+        ticks = []
+        if pending is not None:
+            ticks = upcoming(
+                cron=cron,
+                every_ms=ms("every"),
+                tz=tz,
+                next_ms=pending,
+                end_ms=ms("end"),
+                runs_left=None if limit is None else limit - (runs or 0) + 1,
+                count=count,
+            )
         return ScheduleInfo(
             id=schedule_id,
             task=f.get("task", ""),
             data=serializers.loads(f["data"]) if f.get("data") else None,
-            cron=f.get("cron") or None,
+            cron=cron,
             every=int(every) / 1000 if every else None,
-            next_run=from_ms(int(f["next"])) if f.get("next") else None,
+            next_run=from_ms(pending),
             job_id=f.get("job"),
+            tz=tz,
+            start=from_ms(ms("start")),
+            end=from_ms(ms("end")),
+            max_runs=limit,
+            runs=runs or 0,
+            ended=from_ms(ms("ended")),
+            upcoming=tuple(t for t in (from_ms(x) for x in ticks) if t is not None),
         )
 
     def index_key(self, field: str, value: str | int) -> str:
@@ -595,6 +645,35 @@ class QueueCore:
                 f"queue {self.name!r} uses protocol version {found}; "
                 f"this Conveyor speaks {PROTOCOL_VERSION}"
             )
+
+
+def _schedule_window(
+    tz: str | None,
+    start: datetime | float | None,
+    end: datetime | float | None,
+    max_runs: int | None,
+    cron: str | None,
+) -> tuple[str | None, int | None, int | None]:
+    """A schedule's time zone, start and end (ms), validated (§16.6)."""
+    if tz is not None:
+        check_tz(tz)
+        if cron is None:
+            raise ValidationError("tz applies to cron= only")
+    if max_runs is not None and (
+        isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1
+    ):
+        raise ValidationError(f"max_runs must be an integer >= 1, got {max_runs!r}")
+    start_ms = None if start is None else _moment_ms(start, "start")
+    end_ms = None if end is None else _moment_ms(end, "end")
+    if start_ms is not None and end_ms is not None and end_ms < start_ms:
+        raise ValidationError("end is before start")
+    return tz, start_ms, end_ms
+
+
+def _moment_ms(value: datetime | float, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, datetime | int | float):
+        raise ValidationError(f"{what} must be an aware datetime or epoch seconds: {value!r}")
+    return epoch_ms(value)
 
 
 def _refusing(results: list[Enqueued]) -> list[Enqueued]:
