@@ -1,10 +1,13 @@
-"""Scenario 19: job semantics under several workers — rate limits that hold in
-every window (docs/protocol.md §3.2)."""
+"""Scenarios 19-20: job semantics under several workers and SIGKILLs — rate
+limits that hold in every window (docs/protocol.md §3.2), a resumable job
+(§16.7)."""
 
 from __future__ import annotations
 
+import json
 import time
 
+from chaos import ledger
 from chaos.checker import Result
 from chaos.harness import Enqueue, Scene, admin, drained, settings, wait_until
 from chaos.scenarios import scenario
@@ -106,3 +109,79 @@ def rate_limit_windows(
         seconds=round(took, 2),
     )
     return r
+
+
+@scenario(
+    20,
+    "resumable-sigkill",
+    "a job iterating 100,000 items checkpoints each batch; its worker is SIGKILLed again and "
+    "again: it finishes with every item counted once, no finished batch done again",
+    full=dict(items=100_000, batch=500, pause=0.02, kills=8, lease=1.0),
+    bounded=dict(items=100_000, batch=2_000, pause=0.03, kills=3, lease=1.0),
+)
+def resumable_sigkill(
+    scene: Scene, *, items: int, batch: int, pause: float, kills: int, lease: float,
+    queue: str = "chaos",
+) -> Result:  # fmt: skip
+    r = Result("resumable-sigkill")
+    url = scene.server().url
+    producer = scene.producer(url, queue=queue)
+    job = Enqueue("iter", "iterate", {"items": items, "batch": batch, "pause": pause},
+                  {"max_stalls": kills + 5})  # fmt: skip
+    r.check("enqueue acknowledged", producer.send_until_acked([job], 30))
+    pool = scene.workers(url, 1, queue=queue, concurrency=1, lease=lease,
+                         target="chaos.resumable_app:tasks")  # fmt: skip
+    pool.start()
+    r.check("the worker announced itself", pool.wait_ready(20))
+    batches = -(-items // batch)
+    done = 0
+    for _ in range(kills):
+        # kill it a random while into a run that has saved at least one batch
+        saved_before = _saved(scene)
+
+        def one_more_saved(before: int = saved_before) -> bool:
+            return _saved(scene) > before
+
+        wait_until(one_more_saved, 60, 0.01)
+        time.sleep(scene.rng.uniform(0.05, 4 * pause))
+        if _saved(scene) >= batches:
+            break
+        pool.kill(0)
+        pool.start(0)
+        done += 1
+    client = admin(url, queue)
+    budget = 3 * batches * pause + (done + 1) * (lease + lease / 3 + 5) + 30
+    r.check("the job finished", wait_until(drained(client, queue, 1), budget, 0.1))
+    raw = client.hget(QueueKeys("conveyor", queue).job("iter"), "result")
+    client.close()
+    pool.stop()
+    result = json.loads(raw) if raw else {}
+    entries = list(ledger.read(scene.ledger_path))
+    resumes = [(e.mono, int(e.extra)) for e in entries if e.kind == "resume" and e.id == "iter"]
+    saves = [(e.mono, int(e.extra)) for e in entries if e.kind == "saved" and e.id == "iter"]
+    r.kills = done
+    r.check(f"at least {min(kills, 2)} SIGKILLs mid-run", done >= min(kills, 2), done)
+    r.check(
+        "every item counted exactly once (the sum of 0 .. n-1)",
+        result.get("sum") == items * (items - 1) // 2 and result.get("next") == items,
+        {k: result.get(k) for k in ("next", "sum")},
+    )
+    # each run resumes at (or after: a save may land just before the kill
+    # is noted) the last position a run reported saved before it started
+    behind = [
+        (at, start)
+        for at, start in resumes
+        if start < max((pos for t, pos in saves if t < at), default=0)
+    ]
+    r.check("no run restarted behind a saved checkpoint (no finished batch redone)",
+            not behind, behind[:5])  # fmt: skip
+    positions = [pos for _, pos in saves]
+    again = sorted({p for p in positions if positions.count(p) > 1})
+    r.check("no batch saved twice (no finished item done again)", not again, again[:5])
+    r.jobs = 1
+    r.metrics.update(items=items, batch=batch, runs=len(resumes), checkpoints=len(saves))
+    return r
+
+
+def _saved(scene: Scene) -> int:
+    return sum(1 for e in ledger.read(scene.ledger_path) if e.kind == "saved")

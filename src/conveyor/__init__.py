@@ -3,7 +3,7 @@
 from conveyor.client import AsyncQueue, Enqueued, JobRequest, Queue, QueueSettings, WorkerInfo
 from conveyor.client.events import Event
 from conveyor.client.tasks import Task, Tasks
-from conveyor.errors import ConveyorError, PermanentError, RateLimited
+from conveyor.errors import ConveyorError, PermanentError, RateLimited, ResumeLater
 from conveyor.job import AttemptError, Job, JobState
 from conveyor.options import JobDefaults
 
@@ -21,6 +21,7 @@ __all__ = [
     "Queue",
     "QueueSettings",
     "RateLimited",
+    "ResumeLater",
     "Task",
     "Tasks",
     "WorkerInfo",

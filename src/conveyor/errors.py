@@ -23,7 +23,8 @@ ConveyorError
 ├── LeaseLostError                          a worker's write was refused (fencing)
 ├── JobTimeoutError (also TimeoutError)     a handler ran past its timeout
 ├── PermanentError                          raised by a handler: fail now, never retry
-└── RateLimited                             raised by a handler: an external limit; back unpunished
+├── RateLimited                             raised by a handler: an external limit; back unpunished
+└── ResumeLater                             raised by a handler: back to delayed, no attempt counted
 """
 
 from __future__ import annotations
@@ -121,6 +122,10 @@ class WaitTimeoutError(ConveyorError, TimeoutError):
     pass
 
 
+class LeaseLostError(ConveyorError):
+    """A worker's write for a run was refused: its lease was lost (fencing)."""
+
+
 class JobTimeoutError(ConveyorError, TimeoutError):
     pass
 
@@ -162,3 +167,26 @@ class GroupFullError(ConveyorError):
         super().__init__(f"{len(refused)} job(s) refused: their group is full ({refused[:5]})")
         self.refused = refused
         self.results = results
+
+
+_KEEP = object()
+
+
+class ResumeLater(ConveyorError):
+    """Raise from a handler to move the job back to wait `delay` seconds
+    (0: waiting at once) without holding a worker slot and without counting
+    an attempt or a failure; with `checkpoint`, that state is saved first.
+    The next run starts with `current_job().checkpoint` (docs/protocol.md §16.7)."""
+
+    def __init__(self, delay: float = 0.0, *, checkpoint: Any = _KEEP) -> None:
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or not delay >= 0:
+            raise ValidationError(f"delay must be seconds >= 0, got {delay!r}")
+        if delay > 10 * 365 * 86_400:
+            raise ValidationError(f"delay is more than ten years: {delay!r}")
+        super().__init__(f"resume in {delay} s")
+        self.delay = delay
+        self.checkpoint = checkpoint
+
+    @property
+    def saves_checkpoint(self) -> bool:
+        return self.checkpoint is not _KEEP

@@ -70,6 +70,8 @@ class Job:
     expires_at: datetime | None = None
     # the errors of the last runs that failed or stalled, oldest first (at most 10)
     errors: tuple[AttemptError, ...] = ()
+    # the resumable state its handler saved last (save_checkpoint, ResumeLater)
+    checkpoint: Any = None
 
     @property
     def finished(self) -> bool:
@@ -161,4 +163,5 @@ def job_from_hash(queue: str, job_id: str, raw_hash: Mapping[Any, Any]) -> Job:
         retained_until=retained_until,
         expires_at=from_ms(_ms(raw, "expires_at")),
         errors=_history(raw.get("errors")),
+        checkpoint=_json_or_text(raw.get("checkpoint")),
     )

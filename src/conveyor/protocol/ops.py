@@ -23,7 +23,7 @@ NEW_ARITY = 3  # enqueue_new's ARGV entries per job: id, task, data
 # One job of an enqueue_new call: (id, task, data).
 NewJob = tuple[str, str, str]
 # Fields per job in the claim script's reply (see claim.lua).
-CLAIM_ARITY = 14
+CLAIM_ARITY = 15
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +173,7 @@ class ClaimedJob:
     priority: int | None
     created_at_ms: int | None
     schedule: str | None = None  # the schedule id of a repeatable job's tick
+    checkpoint: bytes | None = None  # the saved resumable state (JSON), §16.7
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +226,12 @@ def _int(value: Any) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return None
+
+
+def _bytes(value: Any) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    return str(value).encode()
 
 
 def _optional_ms(value: Any) -> int | None:
@@ -323,6 +330,7 @@ def decode_claim(reply: Sequence[Any]) -> ClaimReply:
                 priority=_int(f[11]),
                 created_at_ms=_int(f[12]),
                 schedule=None if f[13] is None else text(f[13]),
+                checkpoint=_bytes(f[14]),
             )
         )
     return ClaimReply(int(reply[0]), _optional_ms(reply[1]), jobs, int(reply[2]) == 1)
@@ -506,5 +514,26 @@ def rate_limited(
         "rate_limited",
         (keys.base, keys.active, keys.ready, keys.scheduled, keys.marker, keys.events,
          keys.blocked, keys.meta, keys.groups, keys.gwait),
+        tuple(args),
+    )  # fmt: skip
+
+
+def checkpoint(keys: QueueKeys, *, job_id: str, token: str, state: str) -> Call:
+    """Save a running job's resumable state (checkpoint.lua)."""
+    return Call("checkpoint", (keys.base,), (job_id, token, state))
+
+
+def defer(
+    keys: QueueKeys, items: Sequence[tuple[str, str, int, str]], *, events_maxlen: int
+) -> Call:
+    """Move running jobs back, (id, token, delay_ms, checkpoint or ''), no
+    attempt counted (defer.lua)."""
+    args: list[Arg] = [events_maxlen]
+    for job_id, token, delay_ms, state in items:
+        args.extend((job_id, token, delay_ms, state))
+    return Call(
+        "defer",
+        (keys.base, keys.active, keys.ready, keys.scheduled, keys.marker, keys.events,
+         keys.blocked),
         tuple(args),
     )  # fmt: skip

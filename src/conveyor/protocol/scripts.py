@@ -32,6 +32,8 @@ SCRIPT_NAMES = (
     "retry",
     "remove",
     "rate_limited",
+    "checkpoint",
+    "defer",
     "record_metrics",
     "job_log",
     "flow_add",

@@ -15,7 +15,10 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from conveyor import serializers
 from conveyor.errors import ConveyorError, ValidationError
+
+CHECKPOINT_MAX = 64 * 1024
 
 
 @dataclass(eq=False)
@@ -32,11 +35,26 @@ class JobContext:
     report_progress: Callable[[JobContext, float], None] = field(repr=False)
     lost: bool = False
     waited: float | None = None  # s from enqueue to start, first attempts; set for hooks
+    # the resumable state the last run saved (None: start from the beginning), §16.7
+    checkpoint: Any = None
+    report_checkpoint: Callable[[JobContext, str], None] | None = field(default=None, repr=False)
 
     def progress(self, done: float, total: float | None = None) -> None:
         """Report progress as a fraction, or as `done` out of `total`."""
         fraction = _fraction(done, total)
         self.report_progress(self, fraction)
+
+    def save_checkpoint(self, state: Any) -> None:
+        """Save a small JSON state with the job (at most 64 KiB): a later run of
+        it (after a crash, a deploy, a retry or ResumeLater) starts with
+        `current_job().checkpoint` = this state. A sync handler waits for the
+        write; an async one goes on, and the write lands before its outcome."""
+        text = serializers.dumps(state, what="the checkpoint")
+        if len(text) * 4 > CHECKPOINT_MAX and len(text.encode()) > CHECKPOINT_MAX:
+            raise ValidationError(f"a checkpoint is at most {CHECKPOINT_MAX} bytes of JSON")
+        self.checkpoint = state
+        if self.report_checkpoint is not None:
+            self.report_checkpoint(self, text)
 
 
 def _fraction(done: float, total: float | None) -> float:

@@ -23,7 +23,7 @@ from typing import Any
 from conveyor import serializers
 from conveyor.client.aio import AsyncQueue
 from conveyor.client.tasks import Task
-from conveyor.errors import ConnectionLostError
+from conveyor.errors import ConnectionLostError, LeaseLostError
 from conveyor.hooks import Hooks
 from conveyor.hooks import call as call_hooks
 from conveyor.protocol import ops
@@ -156,6 +156,12 @@ class JobPool:
             worker_id=self._worker_id,
             report_progress=self._progress,
         )
+        if claimed.checkpoint is not None:  # resume where the last run saved (§16.7)
+            try:
+                ctx.checkpoint = serializers.loads(claimed.checkpoint)
+            except ValueError as exc:
+                problem = problem or f"UndecodableCheckpointError: not JSON: {exc}"
+        ctx.report_checkpoint = self._checkpoint
         if self._hooks and claimed.attempts == 1 and claimed.created_at_ms is not None:
             ctx.waited = max(0, now_ms - claimed.created_at_ms) / 1000
         running = Running(ctx, timeout_ms / 1000 if timeout_ms > 0 else None, handler, problem)
@@ -267,6 +273,22 @@ class JobPool:
         if running is not None:
             running.pending.append(task)
 
+    def _checkpoint(self, ctx: JobContext, state: str) -> None:
+        """Save a handler's checkpoint: a sync handler (in a pool thread) waits
+        for the write and learns of a lost lease; an async one goes on (the
+        write lands before its outcome, which is written after it)."""
+        call = ops.checkpoint(self._queue.core.keys, job_id=ctx.id, token=ctx.token, state=state)
+        if _in_a_thread():
+            future = asyncio.run_coroutine_threadsafe(self._queue.runner.run(call), self._loop)
+            if int(future.result(timeout=self._lease)) != 1:
+                raise LeaseLostError(f"job {ctx.id}: lease lost; checkpoint not saved")
+            return
+        task = asyncio.ensure_future(self._queue.runner.run(call))
+        task.add_done_callback(log_failure)
+        running = self.held.get(ctx.id)
+        if running is not None:
+            running.pending.append(task)
+
     # --- shutdown ----------------------------------------------------------------------
 
     async def shut_down(self, *, grace: float, hard_stop: asyncio.Event) -> None:
@@ -310,3 +332,12 @@ class JobPool:
 def log_failure(future: Any) -> None:
     if not future.cancelled() and future.exception() is not None:
         log.warning("background write failed: %s", future.exception())
+
+
+def _in_a_thread() -> bool:
+    """True in a sync handler's pool thread (no running event loop)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return True
+    return False

@@ -27,9 +27,10 @@
 --                     job that stalled before (its worker died with it), and then
 --                     that job alone
 --
--- Returns: {now_ms, next_due_ms | -1, held 0|1, then 14 fields per claimed job:
+-- Returns: {now_ms, next_due_ms | -1, held 0|1, then 15 fields per claimed job:
 --   id, task, data, attempts, failures, stalls, max_failures, max_stalls,
---   min_backoff, max_backoff, timeout, priority, created_at, schedule}
+--   min_backoff, max_backoff, timeout, priority, created_at, schedule,
+--   checkpoint (version 4: the saved resumable state, or nil; §16.7)}
 --   (schedule: the schedule id of a repeatable job's tick, else nil)
 --   next_due_ms is the earliest moment something may become claimable by
 --   time (a delayed job, a rate window, a held-back group), so an idle
@@ -83,8 +84,8 @@ local INF = -1  -- "until an event", stored as +inf in gwait
 
 local FIELDS = {'state', 'task', 'data', 'attempts', 'failures', 'stalls', 'max_failures',
                 'max_stalls', 'min_backoff', 'max_backoff', 'timeout', 'priority', 'created_at',
-                'schedule', 'group', 'data2', 'data3', 'expires_at', 'ckeys'}
-local RETURNED = 14
+                'schedule', 'group', 'data2', 'data3', 'expires_at', 'ckeys', 'checkpoint'}
+local RETURNED = 14  -- fields 2..14 of FIELDS, then the checkpoint (§16.7)
 -- Returned fields a record leaves out when they hold their default, by
 -- position, and the text of that default (replies carry bulk strings).
 local DEFAULTED = {[5] = 'failures', [6] = 'stalls', [7] = 'max_failures', [8] = 'max_stalls',
@@ -245,6 +246,7 @@ local function take(id, score, from)
   for k = 2, RETURNED do
     out[#out + 1] = f[k] or DEFAULTED[k] or false  -- false: a nil reply, kept in place
   end
+  out[#out + 1] = f[20] or false
   leased = leased + 1
   return stalls == 0
 end
