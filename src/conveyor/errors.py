@@ -118,6 +118,11 @@ class JobExpiredError(JobFailedError):
     PREFIX = "JobExpiredError:"
 
 
+def expired_error(expires_at_ms: int) -> str:
+    """The error text of a job claimed past its deadline (docs/protocol.md §16.2)."""
+    return f"{JobExpiredError.PREFIX} not started by its deadline (expires_at {expires_at_ms} ms)"
+
+
 class WaitTimeoutError(ConveyorError, TimeoutError):
     pass
 

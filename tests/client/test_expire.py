@@ -38,7 +38,8 @@ def test_a_job_not_started_by_its_deadline_fails_without_running(
     assert queue.wait_result(in_time, timeout=30) == "in time"
     assert ran == ["in time"]
     job = queue.get(late)
-    assert (job.state, job.attempts, job.started_at) == (JobState.FAILED, 0, None)
+    assert (job.state, job.failures) == (JobState.FAILED, 1)
+    assert job.error is not None and job.error.startswith("JobExpiredError:")
 
 
 def test_a_bad_deadline_is_refused_and_writes_nothing(queue: Any) -> None:

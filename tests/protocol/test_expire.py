@@ -1,9 +1,8 @@
 """Expire if not started (protocol §16.2): enqueue.lua stores `expires_at`
-from `expire_in`; claim.lua fails a job past it instead of leasing it."""
+from `expire_in`; claim.lua returns it with the job (the worker fails a job
+claimed at or past it without running it)."""
 
 from __future__ import annotations
-
-import time
 
 from .harness import Proto
 
@@ -14,45 +13,26 @@ def _enqueue_expiring(q: Proto, job_id: str, expire_in_ms: int, **options: objec
     assert q.enqueue_specs([spec])[0].outcome == "created"
 
 
-def test_the_deadline_is_stored_at_creation(q: Proto) -> None:
+def test_the_deadline_is_stored_at_creation_and_returned_by_claim(q: Proto) -> None:
     before = q.now()
     _enqueue_expiring(q, "a", 5_000)
     deadline = int(q.job("a")["expires_at"])
     assert before + 5_000 <= deadline <= q.now() + 5_000
+    reply = q.claim()
+    (job,) = reply.jobs
+    assert job.expires_at_ms == deadline and reply.now_ms < deadline
 
 
-def test_a_job_claimed_before_its_deadline_runs(q: Proto) -> None:
-    _enqueue_expiring(q, "a", 60_000)
-    assert q.claimed_ids() == ["a"]
-    assert q.job("a")["state"] == "active"
+def test_a_job_without_a_deadline_has_none(q: Proto) -> None:
+    q.enqueue("a")
+    (job,) = q.claim().jobs
+    assert job.expires_at_ms is None
 
 
-def test_a_job_past_its_deadline_fails_unrun_and_the_next_is_leased(q: Proto) -> None:
-    _enqueue_expiring(q, "late", 30, result_ttl=5)
-    q.enqueue("b")
-    q.await_job("late")  # a waiter, told of the failure
-    time.sleep(0.05)
-    now = q.now()
-    assert q.claimed_ids(2) == ["b"]
-    job = q.job("late")
-    assert job["state"] == "failed"
-    deadline = job["expires_at"]
-    expected = f"JobExpiredError: not started by its deadline (expires_at {deadline} ms)"
-    assert job["error"] == expected
-    assert (job["attempts"], "token" in job) == ("0", False)  # never leased, never run
-    assert now <= int(job["finished_at"]) <= q.now()
-    assert q.score(q.keys.failed, "late") == int(job["finished_at"]) + 5_000
-    assert q.members(q.keys.active) == ["b"]
-    failed = q.events("failed")
-    assert failed == [{"event": "failed", "id": "late", "error": job["error"], "expired": "1"}]
-    assert q.r.lrange(q.keys.done("late"), 0, -1) == [b"failed\n" + job["error"].encode()]
-
-
-def test_an_expired_job_does_not_leave_ready_jobs_unannounced(q: Proto) -> None:
-    _enqueue_expiring(q, "late", 1)
-    q.enqueue("b")
-    time.sleep(0.01)
-    q.clear_marker()
-    assert q.claimed_ids(1) == []  # the turn went to the expired job
-    assert q.members(q.keys.ready) == ["b"]
-    assert q.marker_set()  # another claim is due at once
+def test_an_upsert_does_not_move_the_deadline(q: Proto) -> None:
+    _enqueue_expiring(q, "a", 5_000)
+    deadline = q.job("a")["expires_at"]
+    again = q.spec("a", data=2)
+    again.extra = ("expire_in=60000",)
+    assert q.enqueue_specs([again])[0].outcome == "updated"
+    assert q.job("a")["expires_at"] == deadline

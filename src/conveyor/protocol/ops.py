@@ -23,7 +23,7 @@ NEW_ARITY = 3  # enqueue_new's ARGV entries per job: id, task, data
 # One job of an enqueue_new call: (id, task, data).
 NewJob = tuple[str, str, str]
 # Fields per job in the claim script's reply (see claim.lua).
-CLAIM_ARITY = 15
+CLAIM_ARITY = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +174,7 @@ class ClaimedJob:
     created_at_ms: int | None
     schedule: str | None = None  # the schedule id of a repeatable job's tick
     checkpoint: bytes | None = None  # the saved resumable state (JSON), §16.7
+    expires_at_ms: int | None = None  # claimed at or past it: fail it unrun, §16.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,6 +332,7 @@ def decode_claim(reply: Sequence[Any]) -> ClaimReply:
                 created_at_ms=_int(f[12]),
                 schedule=None if f[13] is None else text(f[13]),
                 checkpoint=_bytes(f[14]),
+                expires_at_ms=_int(f[15]),
             )
         )
     return ClaimReply(int(reply[0]), _optional_ms(reply[1]), jobs, int(reply[2]) == 1)

@@ -23,7 +23,7 @@ from typing import Any
 from conveyor import serializers
 from conveyor.client.aio import AsyncQueue
 from conveyor.client.tasks import Task
-from conveyor.errors import ConnectionLostError, LeaseLostError
+from conveyor.errors import ConnectionLostError, LeaseLostError, expired_error
 from conveyor.hooks import Hooks
 from conveyor.hooks import call as call_hooks
 from conveyor.protocol import ops
@@ -145,6 +145,8 @@ class JobPool:
                 data = serializers.loads(claimed.data or b"")
             except ValueError as exc:  # UnicodeDecodeError and deep nesting included
                 problem = f"UndecodableDataError: job data is not JSON: {exc}"
+        if claimed.expires_at_ms is not None and claimed.expires_at_ms <= now_ms:
+            problem = expired_error(claimed.expires_at_ms)  # not run: failed for good (§16.2)
         timeout_ms = claimed.timeout_ms or 0
         ctx = JobContext(
             id=claimed.id,

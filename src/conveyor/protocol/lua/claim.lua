@@ -27,10 +27,12 @@
 --                     job that stalled before (its worker died with it), and then
 --                     that job alone
 --
--- Returns: {now_ms, next_due_ms | -1, held 0|1, then 15 fields per claimed job:
+-- Returns: {now_ms, next_due_ms | -1, held 0|1, then 16 fields per claimed job:
 --   id, task, data, attempts, failures, stalls, max_failures, max_stalls,
 --   min_backoff, max_backoff, timeout, priority, created_at, schedule,
---   checkpoint (version 4: the saved resumable state, or nil; §16.7)}
+--   checkpoint (version 4: the saved resumable state, or nil; §16.7),
+--   expires_at (version 4: the deadline, or nil; a job claimed at or past it
+--   must be failed unrun by the worker, §16.2)}
 --   (schedule: the schedule id of a repeatable job's tick, else nil)
 --   next_due_ms is the earliest moment something may become claimable by
 --   time (a delayed job, a rate window, a held-back group), so an idle
@@ -55,9 +57,6 @@
 -- another known state (a stale index entry) is dropped.
 -- A job with concurrency keys (ckeys, §16.5) that one of its keys holds back
 -- is parked on that key instead (ckeys.lua), and the claim goes on.
--- A job past its deadline (expires_at, §16.2) is failed with JobExpiredError
--- instead of being leased (finish.lua's final fail: waiters, failure lane,
--- flow parent, retention in `failed`).
 -- A job that has stalled before (its worker died with it) is claimed alone,
 -- by a worker that runs nothing else (ARGV[7]): if it is a poison job that
 -- kills workers, it takes no other job down with it. Met in any other case,
@@ -66,13 +65,10 @@
 
 -- @include common
 -- @include record
--- @include upsert
 -- @include place
 -- @include rate
+-- @include unpark
 -- @include ckeys
--- @include finish
--- @include flow
--- @include expire
 
 local meta, ready, scheduled, active = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local marker, events, failed = KEYS[6], KEYS[7], KEYS[8]
@@ -192,7 +188,7 @@ local function fail_corrupt(id, reason)
 end
 
 local leased = 0
-local dropped = 0  -- popped ids that expired (§16.2): they used a turn, not a slot
+local dropped = 0  -- popped ids parked on a concurrency key (§16.5): a turn, not a slot
 local stopped_early = false  -- by a suspect or the visit bound: others may claim on
 
 -- Lease one popped id; returns false when claiming must stop here (a
@@ -211,11 +207,6 @@ local function take(id, score, from)
     return true  -- a stale index entry
   elseif not (attempts and stalls) then
     fail_corrupt(id, 'corrupt record: attempts or stalls is not a number')
-    return true
-  end
-  if past_deadline(f[18], now) then  -- expire if not started (§16.2): failed, not run
-    expire_job(job_key, id, f[18], now, failed, events, maxlen)
-    dropped = dropped + 1
     return true
   end
   if f[19] then  -- concurrency keys (§16.5): park the job while one holds it back
@@ -246,7 +237,8 @@ local function take(id, score, from)
   for k = 2, RETURNED do
     out[#out + 1] = f[k] or DEFAULTED[k] or false  -- false: a nil reply, kept in place
   end
-  out[#out + 1] = f[20] or false
+  out[#out + 1] = f[20] or false  -- checkpoint (§16.7)
+  out[#out + 1] = f[18] or false  -- expires_at (§16.2)
   leased = leased + 1
   return stalls == 0
 end

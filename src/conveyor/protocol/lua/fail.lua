@@ -37,8 +37,7 @@
 -- @include record
 -- @include upsert
 -- @include place
--- @include rate
--- @include ckeys
+-- @include unpark
 -- @include finish
 -- @include flow
 -- @include history

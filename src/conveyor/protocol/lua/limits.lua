@@ -28,8 +28,7 @@
 
 -- @include common
 -- @include place
--- @include rate
--- @include ckeys
+-- @include unpark
 
 local meta, groups, gwait, marker = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local what, group = ARGV[1], ARGV[2]

@@ -38,8 +38,7 @@
 -- @include record
 -- @include upsert
 -- @include place
--- @include rate
--- @include ckeys
+-- @include unpark
 -- @include finish
 -- @include flow
 -- @include history

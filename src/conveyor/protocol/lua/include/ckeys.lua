@@ -7,15 +7,10 @@
 -- `parked`, for counting), keeping its ready score, state `waiting`. It goes
 -- back to its ready index when a run holding that key ends (one job per run
 -- end), when the key's rate frees up (`kheld`: key -> when, moved by claim's
--- promotion), or when the key's limits change. Needs `common`, `place`, `rate`.
+-- promotion), or when the key's limits change. Needs `common`, `place`, `rate`
+-- and `unpark` (ckey_names, ckey_unpark, ckey_end).
 
 local CKEY_INF = -1
-
-local function ckey_names(field_value)
-  local names = {}
-  for name in string.gmatch(field_value, '[^,]+') do names[#names + 1] = name end
-  return names
-end
 
 -- Nil when every key lets the job run now; else the key holding it back and
 -- until when (CKEY_INF: until one of its runs ends).
@@ -54,40 +49,6 @@ local function ckey_park(id, score, key, until_ms)
     if not held or until_ms < held then
       redis.call('ZADD', base .. 'kheld', until_ms, key)
     end
-  end
-end
-
--- Up to `count` parked jobs of `key` back to their ready index (a job
--- cancelled or changed meanwhile is only dropped); returns how many.
-local function ckey_unpark(key, count, marker)
-  local popped = redis.call('ZPOPMIN', base .. 'kwait:' .. key, count)
-  local back = 0
-  for i = 1, #popped, 2 do
-    local id, score = popped[i], popped[i + 1]
-    redis.call('ZREM', base .. 'parked', id)
-    local f = redis.call('HMGET', base .. 'job:' .. id, 'state', 'group')
-    if f[1] == 'waiting' then
-      if f[2] and f[2] ~= '' then
-        redis.call('ZADD', base .. 'gready:' .. f[2], score, id)
-        enter_rotation(f[2])
-      else
-        redis.call('ZADD', base .. 'ready', score, id)
-      end
-      back = back + 1
-    end
-  end
-  if back > 0 then wake(marker) end
-  return back
-end
-
--- A run of a job with keys ended: free a slot of each key, and bring one
--- job parked on it back.
-local function ckey_end(field_value, marker)
-  for _, key in ipairs(ckey_names(field_value)) do
-    if redis.call('HINCRBY', base .. 'kactive', key, -1) <= 0 then
-      redis.call('HDEL', base .. 'kactive', key)
-    end
-    ckey_unpark(key, 1, marker)
   end
 end
 

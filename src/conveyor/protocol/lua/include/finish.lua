@@ -1,6 +1,6 @@
 -- Shared by the scripts that end a run (complete, fail, reap): tell waiters,
 -- keep the record for its retention time, free a singleton's blocked twin.
--- Needs `common`, `upsert`, `place`, `rate` and `ckeys` first.
+-- Needs `common`, `upsert`, `place` and `unpark` first.
 
 -- A waiter (see await.lua) registered itself with HINCRBY waiters: only then
 -- is a notification list written, so unobserved jobs cost nothing extra.
