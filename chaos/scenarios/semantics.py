@@ -1,4 +1,4 @@
-"""Scenarios 19-20: job semantics under several workers and SIGKILLs — rate
+"""Scenarios 26-27: job semantics under several workers and SIGKILLs — rate
 limits that hold in every window (docs/protocol.md §3.2), a resumable job
 (§16.7)."""
 
@@ -27,7 +27,7 @@ def _busiest(starts: list[int], window_ms: int) -> int:
 
 
 @scenario(
-    19,
+    26,
     "rate-limit-windows",
     "several workers race a queue rate and a group rate: no window of the stated length "
     "holds more leases than the limit",
@@ -112,7 +112,7 @@ def rate_limit_windows(
 
 
 @scenario(
-    20,
+    27,
     "resumable-sigkill",
     "a job iterating 100,000 items checkpoints each batch; its worker is SIGKILLed again and "
     "again: it finishes with every item counted once, no finished batch done again",

@@ -64,6 +64,11 @@ class Job:
     run_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
+    # flows (docs/protocol.md §14): the parent's reference `<queue>/<id>`, if
+    # any, and what this job's failure does to it; how many children it has
+    parent: str | None = None
+    on_fail: str = "fail"
+    children: int = 0
     # a finished job's record reads as gone from this moment (finished_at + result_ttl)
     retained_until: datetime | None = None
     # the deadline of a job enqueued with `expires`: not started by then, it fails unrun
@@ -164,4 +169,7 @@ def job_from_hash(queue: str, job_id: str, raw_hash: Mapping[Any, Any]) -> Job:
         expires_at=from_ms(_ms(raw, "expires_at")),
         errors=_history(raw.get("errors")),
         checkpoint=_json_or_text(raw.get("checkpoint")),
+        parent=raw.get("parent"),
+        on_fail=raw.get("on_fail") or "fail",
+        children=_int(raw, "children"),
     )

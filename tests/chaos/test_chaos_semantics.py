@@ -1,4 +1,4 @@
-"""Scenarios 19-20: rate limits hold in every window under several workers (§3.2);
+"""Scenarios 26-27: rate limits hold in every window under several workers (§3.2);
 a resumable job survives SIGKILLs of its worker (§16.7)."""
 
 from __future__ import annotations

@@ -27,13 +27,14 @@
 --                     job that stalled before (its worker died with it), and then
 --                     that job alone
 --
--- Returns: {now_ms, next_due_ms | -1, held 0|1, then 16 fields per claimed job:
+-- Returns: {now_ms, next_due_ms | -1, held 0|1, then 17 fields per claimed job:
 --   id, task, data, attempts, failures, stalls, max_failures, max_stalls,
---   min_backoff, max_backoff, timeout, priority, created_at, schedule,
+--   min_backoff, max_backoff, timeout, priority, created_at, schedule, headers,
 --   checkpoint (version 4: the saved resumable state, or nil; §16.7),
 --   expires_at (version 4: the deadline, or nil; a job claimed at or past it
 --   must be failed unrun by the worker, §16.2)}
---   (schedule: the schedule id of a repeatable job's tick, else nil)
+--   (schedule: the schedule id of a repeatable job's tick, else nil;
+--   headers: the JSON text of the headers given at enqueue, else nil)
 --   next_due_ms is the earliest moment something may become claimable by
 --   time (a delayed job, a rate window, a held-back group), so an idle
 --   worker can block until then instead of polling; -1 when nothing is due
@@ -80,8 +81,9 @@ local INF = -1  -- "until an event", stored as +inf in gwait
 
 local FIELDS = {'state', 'task', 'data', 'attempts', 'failures', 'stalls', 'max_failures',
                 'max_stalls', 'min_backoff', 'max_backoff', 'timeout', 'priority', 'created_at',
-                'schedule', 'group', 'data2', 'data3', 'expires_at', 'ckeys', 'checkpoint'}
-local RETURNED = 14  -- fields 2..14 of FIELDS, then the checkpoint (§16.7)
+                'schedule', 'headers', 'group', 'data2', 'data3', 'expires_at', 'ckeys',
+                'checkpoint'}
+local RETURNED = 15  -- fields 2..15 of FIELDS, then the checkpoint and expires_at (§16)
 -- Returned fields a record leaves out when they hold their default, by
 -- position, and the text of that default (replies carry bulk strings).
 local DEFAULTED = {[5] = 'failures', [6] = 'stalls', [7] = 'max_failures', [8] = 'max_stalls',
@@ -209,8 +211,8 @@ local function take(id, score, from)
     fail_corrupt(id, 'corrupt record: attempts or stalls is not a number')
     return true
   end
-  if f[19] then  -- concurrency keys (§16.5): park the job while one holds it back
-    local key, until_ms = ckey_hold(f[19], now)
+  if f[20] then  -- concurrency keys (§16.5): park the job while one holds it back
+    local key, until_ms = ckey_hold(f[20], now)
     if key then
       ckey_park(id, score, key, until_ms)
       dropped = dropped + 1
@@ -227,18 +229,18 @@ local function take(id, score, from)
              'worker', worker, 'started_at', now)
   redis.call('ZADD', active, now + lease, id)
   emit(events, maxlen, 'event', 'active', 'id', id, 'attempt', attempts, 'worker', worker)
-  if f[15] and f[15] ~= '' then
-    redis.call('HINCRBY', gactive, f[15], 1)
+  if f[16] and f[16] ~= '' then
+    redis.call('HINCRBY', gactive, f[16], 1)
   end
-  if f[19] then ckey_take(f[19], now) end
+  if f[20] then ckey_take(f[20], now) end
   out[#out + 1] = id
-  f[3] = read_data(job_key, f[3], f[16], f[17])
+  f[3] = read_data(job_key, f[3], f[17], f[18])
   f[4] = attempts
   for k = 2, RETURNED do
     out[#out + 1] = f[k] or DEFAULTED[k] or false  -- false: a nil reply, kept in place
   end
-  out[#out + 1] = f[20] or false  -- checkpoint (§16.7)
-  out[#out + 1] = f[18] or false  -- expires_at (§16.2)
+  out[#out + 1] = f[21] or false  -- checkpoint (§16.7)
+  out[#out + 1] = f[19] or false  -- expires_at (§16.2)
   leased = leased + 1
   return stalls == 0
 end
