@@ -215,6 +215,7 @@ local function take(id, score, from)
     local key, until_ms = ckey_hold(f[20], now)
     if key then
       ckey_park(id, score, key, until_ms)
+      if until_ms ~= CKEY_INF then due_at(until_ms) end
       dropped = dropped + 1
       return true
     end
@@ -325,7 +326,13 @@ end
 
 if limits[1] ~= '1' then
   promote()
-  ckey_release_due(now, promote_limit, marker)
+  -- keys whose rate held jobs back (kheld): one read per claim while none is due
+  local held_key = redis.call('ZRANGE', base .. 'kheld', 0, 0, 'WITHSCORES')
+  if #held_key > 0 and tonumber(held_key[2]) <= now then
+    ckey_release_due(now, promote_limit, marker)
+    held_key = redis.call('ZRANGE', base .. 'kheld', 0, 0, 'WITHSCORES')
+  end
+  if #held_key > 0 then due_at(tonumber(held_key[2])) end
   local n = queue_allowance()
   if n > 0 then
     if redis.call('EXISTS', groups) == 0 then
@@ -350,7 +357,6 @@ end
 if limits[1] ~= '1' then
   earliest(scheduled)
   earliest(gwait)
-  earliest(base .. 'kheld')
 end
 out[2] = next_due or -1
 return out
