@@ -215,9 +215,9 @@ def _pause_command(pause: bool) -> click.Command:
         with open_queue(queue, url, prefix) as q:
             require_queue(q)
             if group is None:
-                q.pause() if pause else q.resume()
+                (q.pause if pause else q.resume)()
             else:
-                q.pause_group(group) if pause else q.resume_group(group)
+                (q.pause_group if pause else q.resume_group)(group)
         click.echo(f"{verb}d {queue}" + (f" group {group}" if group else ""))
 
     command.help = (
