@@ -75,6 +75,7 @@ demo: venv
 
 bench: venv
 	$(PY) -m bench $(BENCH_ARGS)
+	$(PY) -m bench.flows $(FLOWS_BENCH_ARGS)
 	$(PY) -m conveyor.integrations.spark.bench $(SPARK_BENCH_ARGS)
 	$(PY) -m bench.dashboard $(DASHBOARD_BENCH_ARGS)
 

@@ -3,6 +3,7 @@ job's own log, read back through the API and `conveyor log`."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from conveyor import Queue
+from conveyor import AsyncQueue, Queue
 from conveyor.integrations.cli import main
 from conveyor.integrations.logs import hoist_logging_options
 from support.workers import APPS, SRC
@@ -79,6 +80,12 @@ def test_the_job_log_through_the_api_and_the_cli(
     assert run_worker(redis_url, queue_name).returncode == 0
     assert sync_queue.job_log(a.id) == ["first line", "second line"]
     assert sync_queue.job_log(b.id) == ["sync line 3"]
+
+    async def read_async() -> list[str]:
+        async with AsyncQueue(queue_name, url=redis_url) as aq:
+            return await aq.job_log(a.id)
+
+    assert asyncio.run(read_async()) == ["first line", "second line"]
     runner = CliRunner()
     shown = runner.invoke(main, ["log", queue_name, a.id, "--url", redis_url])
     assert shown.exit_code == 0 and shown.output == "first line\nsecond line\n"
@@ -86,6 +93,12 @@ def test_the_job_log_through_the_api_and_the_cli(
     assert json.loads(as_json.output) == ["sync line 3"]
     missing = runner.invoke(main, ["log", queue_name, "nope", "--url", redis_url])
     assert missing.exit_code == 1 and "no job 'nope'" in missing.output
+    # a logging handler sends the records of a job's run to its log
+    c = sync_queue.enqueue("logged", None)
+    assert run_worker(redis_url, queue_name).returncode == 0
+    assert sync_queue.job_log(c.id) == [
+        "INFO observe_app.joblog: step 1 of 2", "WARNING observe_app.joblog: step 2 of 2"
+    ]  # fmt: skip
     # the log goes with its record
     assert sync_queue.remove(a.id) == "removed"
     assert sync_queue.job_log(a.id) == []

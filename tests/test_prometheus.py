@@ -113,6 +113,24 @@ def test_the_asgi_app_reads_the_queues_from_redis(
     assert value(found, "conveyor_queue_outcomes_total", queue=queue_name, outcome="completed") == 0
     assert asyncio.run(get("POST"))[0] == 405
 
+    async def listed() -> bytes:  # queues listed by a callable at each scrape
+        mine = AsyncQueue(queue_name, url=redis_url)
+
+        async def queues() -> list[AsyncQueue]:
+            return [mine]
+
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await metrics_app(queues)({"type": "http", "method": "GET"}, None, send)
+        await mine.close()
+        return bytes(sent[1]["body"])
+
+    found = samples(asyncio.run(listed()).decode())
+    assert value(found, "conveyor_queue_jobs", queue=queue_name, state="waiting") == 2
+
 
 @pytest.mark.parametrize("port", ["nope"])
 def test_a_bad_metrics_port_is_a_usage_error(port: str, redis_url: str) -> None:

@@ -4,6 +4,8 @@ from importlib.metadata import PackageNotFoundError, version
 
 from conveyor.client import AsyncQueue, Enqueued, JobRequest, Queue, QueueSettings, WorkerInfo
 from conveyor.client.events import Event
+from conveyor.client.flows import ChildrenCounts, ChildrenResults, FlowEnqueued, FlowJob, FlowNode
+from conveyor.client.pipelines import Step
 from conveyor.client.tasks import Task, Tasks
 from conveyor.errors import ConveyorError, PermanentError
 from conveyor.hooks import Hook, RunningJob
@@ -12,9 +14,14 @@ from conveyor.options import JobDefaults
 
 __all__ = [
     "AsyncQueue",
+    "ChildrenCounts",
+    "ChildrenResults",
     "ConveyorError",
     "Enqueued",
     "Event",
+    "FlowEnqueued",
+    "FlowJob",
+    "FlowNode",
     "Hook",
     "Job",
     "JobDefaults",
@@ -24,6 +31,7 @@ __all__ = [
     "Queue",
     "QueueSettings",
     "RunningJob",
+    "Step",
     "Task",
     "Tasks",
     "WorkerInfo",

@@ -51,9 +51,7 @@ class RunningJob(Protocol):
 class Hook:
     """Override the methods you need."""
 
-    def before_enqueue(
-        self, queue: str, task: str, data: Any, options: dict[str, Any]
-    ) -> None:
+    def before_enqueue(self, queue: str, task: str, data: Any, options: dict[str, Any]) -> None:
         """Before a job is enqueued (`enqueue`, `enqueue_many`, `Task.enqueue`);
         `options` may be changed here and the enqueue uses them."""
 

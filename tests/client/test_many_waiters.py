@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -14,8 +15,10 @@ import redis
 
 from conveyor import AsyncQueue, JobRequest, Queue, QueueSettings
 from conveyor.client.transport import SyncRunner
+from conveyor.client.waits import _Follow
 from conveyor.errors import ConnectionLostError, UncertainWriteError, WaitTimeoutError
 from conveyor.protocol import ops
+from conveyor.protocol.keys import QueueKeys
 from support.cluster import cluster_url, start_cluster
 from support.servers import ServerFactory
 
@@ -99,3 +102,30 @@ def test_waits_on_a_cluster_queue(server_factory: ServerFactory) -> None:
             waits = [pool.submit(queue.wait_result, job_id, timeout=60) for job_id in ids]
             finish_all(queue.core, queue.client, 20)  # over the routed connection
             assert [w.result(90) for w in waits] == [{"n": i} for i in range(20)]
+
+
+def test_waiters_survive_a_redis_restart(server_factory: ServerFactory) -> None:
+    """The hub reconnects and looks every waiter up again (a sweep): a job
+    that ends after Redis came back reaches the waiters that waited across."""
+    server = server_factory(appendonly=True, appendfsync="always")
+    with Queue("restart", url=server.url) as queue:
+        ids = [queue.enqueue("t", None, id=f"j{i}").id for i in range(5)]
+        with ThreadPoolExecutor(5) as pool:
+            waits = [pool.submit(queue.wait_result, job_id, timeout=60) for job_id in ids]
+            time.sleep(0.5)  # every waiter is in, the hub follows the stream
+            server.restart()
+            with redis.Redis.from_url(server.url) as direct:
+                finish_all(queue.core, direct, 5)
+            assert [w.result(90) for w in waits] == [{"n": i} for i in range(5)]
+
+
+def test_a_gap_in_the_stream_is_noticed() -> None:
+    """The stream's first entry newer than the last one read: entries may
+    have been trimmed unseen, so every waiter is looked up again."""
+    follow = _Follow(QueueKeys("p", "q"))
+    follow.start([(b"5-0", {})])
+    entry = [(b"q", [(b"9-0", {b"event": b"completed", b"id": b"a"})])]
+    assert follow.read(entry, [(b"5-0", {})], ["a"]) == ({"a"}, False)
+    assert follow.last == "9-0"
+    later = [(b"q", [(b"20-0", {b"event": b"completed", b"id": b"b"})])]
+    assert follow.read(later, [(b"12-0", {})], ["a"]) == (set(), True)  # 10-0 .. 11-x trimmed

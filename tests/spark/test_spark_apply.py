@@ -110,3 +110,19 @@ def test_waiting_ends_with_a_timeout_and_bad_arguments_are_refused(
         args: dict[str, Any] = {"queue": queue_name, "task": "square", "url": redis_url} | bad
         with pytest.raises(ValidationError):
             apply(df, **args)
+
+
+@pytest.mark.slow  # about 40-100 s: worker processes and several Spark jobs (make demo runs it)
+def test_the_apply_demo_holds_the_rate_limit_and_reports(
+    spark: Any, redis_url: str, queue_name: str
+) -> None:
+    from conveyor.integrations.spark.apply_demo import run_apply_demo
+
+    lines: list[str] = []
+    result = run_apply_demo(spark, redis_url, 3000, queue=queue_name, rate=1500, workers=1,
+                            concurrency=50, say=lines.append)  # fmt: skip
+    assert result.rows == 3000 and result.by_state == {"completed": 3000}
+    assert 0 < result.retried_rows < 100  # 1 % of first calls time out, retried
+    # 3000 calls at 1500/s take at least a second in every window (fixed or sliding)
+    assert result.seconds >= 1.0
+    assert any("rows back in" in line for line in lines)

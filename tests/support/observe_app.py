@@ -9,10 +9,15 @@ from typing import Any
 
 from conveyor.client.tasks import Tasks
 from conveyor.errors import PermanentError
-from conveyor.worker import current_job
+from conveyor.worker import JobLogHandler, current_job
 
 tasks = Tasks(os.environ.get("TEST_QUEUE", "default"))
 log = logging.getLogger("observe_app")
+# the records of this logger logged while a job runs go to the job's own log too
+joblog = logging.getLogger("observe_app.joblog")
+joblog.addHandler(JobLogHandler())
+joblog.setLevel(logging.INFO)
+joblog.info("logged outside any job: in no job's log")
 
 
 @tasks.task
@@ -32,3 +37,10 @@ def chatty_sync(data: Any) -> Any:
 @tasks.task
 async def broken(data: Any) -> None:
     raise PermanentError(f"broken on purpose: {data}")
+
+
+@tasks.task
+async def logged(data: Any) -> Any:
+    joblog.info("step %d of 2", 1)
+    joblog.warning("step %d of 2", 2)
+    return data

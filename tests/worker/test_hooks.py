@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
@@ -12,7 +13,7 @@ from conveyor.client.core import QueueSettings
 from conveyor.client.tasks import Tasks
 from conveyor.errors import ConfigurationError, JobFailedError, ValidationError
 from conveyor.hooks import Hook, RunningJob
-from conveyor.worker import Worker
+from conveyor.worker import Worker, WorkerSettings
 from support.clients import AsyncFacade
 from support.workers import RunningWorker, WorkerRunner, wait_until
 
@@ -225,3 +226,37 @@ def test_bad_headers_are_refused(redis_url: str, queue_name: str, headers: Any) 
         with pytest.raises(ValidationError):
             queue.enqueue("t", None, headers=headers)
         assert sum(queue.counts().values()) == 0  # nothing was written
+
+
+def test_a_lost_lease_is_told_and_the_stopped_run_too(
+    redis_url: str, queue_name: str, worker_runner: WorkerRunner, redis_client: Any
+) -> None:
+    hook = Recorder()
+    stopped: list[tuple[str, float]] = []
+
+    class Stops(Hook):
+        def on_lease_lost(self, job: RunningJob) -> None:
+            hook._add("on_lease_lost", job.task)
+
+        def after_stopped(self, job: RunningJob, *, duration: float) -> None:
+            stopped.append((job.task, duration))
+
+    tasks = Tasks(queue_name, url=redis_url)
+    started = threading.Event()
+
+    @tasks.task
+    async def forever(data: None) -> None:
+        started.set()
+        await asyncio.sleep(60)  # stopped when the lease goes
+
+    job = forever.enqueue(None)
+    handle = RunningWorker(Worker(tasks, url=redis_url, hooks=[Stops()],
+                                  settings=WorkerSettings(lease=1.5, idle_wait=30)))  # fmt: skip
+    worker_runner.running.append(handle)
+    assert started.wait(20)
+    # another claim took the job over: its token is no longer this worker's
+    redis_client.hset(tasks.queue().core.keys.job(job.id), "token", "someone-else")
+    wait_until(lambda: stopped, timeout=20)
+    handle.stop()
+    assert hook.named("on_lease_lost") == [("on_lease_lost", "forever")]
+    assert stopped[0][0] == "forever" and 0 < stopped[0][1] < 30

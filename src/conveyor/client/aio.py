@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import timedelta
+from threading import get_ident
 from typing import Any, Unpack
 
 import redis
@@ -33,6 +35,19 @@ from conveyor.client.core import (
     carry_doubt,
 )
 from conveyor.client.events import Event, decode_events
+from conveyor.client.flows import (
+    ChildrenCounts,
+    ChildrenResults,
+    FlowEnqueued,
+    FlowJob,
+    FlowNode,
+    FlowPlan,
+    children_keys,
+    children_results,
+    counts_of,
+    node_of,
+)
+from conveyor.client.pipelines import PIPELINE_TASK, StepGroup, pipeline_data
 from conveyor.client.transport import AsyncRunner, async_client, translated
 from conveyor.client.waits import AsyncWaits
 from conveyor.client.wire import AsyncWire
@@ -52,6 +67,7 @@ from conveyor.metrics import (
 )
 from conveyor.options import check_job_id
 from conveyor.protocol import ops, schedules
+from conveyor.protocol.flows import reference, split_reference
 from conveyor.protocol.keys import PROTOCOL_VERSION, queue_registry
 
 log = logging.getLogger("conveyor")
@@ -125,10 +141,12 @@ class AsyncQueue:
         self._wire: AsyncWire | None = None
         self._runner = self._connections()
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop it is used on
+        self._thread = 0  # the thread that loop runs in
         self._closer: AsyncIterator[None] | None = None
         self._closer_start: asyncio.Task[None] | None = None
         self._checked = False
         self._pool_options = self._client.connection_pool.connection_kwargs
+        self._peers: dict[str, AsyncQueue] = {}  # the other queues of this client's flows
 
     def _connections(self) -> AsyncRunner:
         """The lean wire (when we make the connections ourselves) and the runner."""
@@ -140,7 +158,9 @@ class AsyncQueue:
     @property
     def client(self) -> redis.asyncio.Redis:
         """The redis-py client, for the running event loop."""
-        self._follow_loop()
+        loop = self._loop
+        if loop is None or self._thread != get_ident() or not loop.is_running():
+            self._follow_loop()
         return self._client
 
     def _follow_loop(self) -> None:
@@ -170,7 +190,7 @@ class AsyncQueue:
                 self._url, route=self.route, max_connections=self.core.settings.max_connections
             )
             self._runner = self._connections()
-        self._loop = loop
+        self._loop, self._thread = loop, get_ident()
         owned = self._client if self._owns_client else None
         self._closer = _closed_with_the_loop(self._waits, self._wire, owned)
         self._closer_start = loop.create_task(_start(self._closer))
@@ -182,7 +202,11 @@ class AsyncQueue:
     @property
     def runner(self) -> AsyncRunner:
         """Runs this queue's scripts (over the lean wire when there is one)."""
-        self._follow_loop()
+        loop = self._loop
+        # no asyncio.get_running_loop() here: on Python 3.11 it makes a getpid()
+        # system call, and every enqueue passes here
+        if loop is None or self._thread != get_ident() or not loop.is_running():
+            self._follow_loop()
         return self._runner
 
     async def __aenter__(self) -> AsyncQueue:
@@ -192,6 +216,8 @@ class AsyncQueue:
         await self.close()
 
     async def close(self) -> None:
+        for peer in self._peers.values():
+            await peer.close()
         self._follow_loop()  # the connections of a stopped loop are abandoned, not closed
         await self._waits.close()
         if self._wire is not None:
@@ -424,6 +450,106 @@ class AsyncQueue:
         with translated():
             await self.client.hdel(self.core.keys.meta, "paused")
             await self.client.zadd(self.core.keys.marker, {"0": 0})
+
+    # --- flows -------------------------------------------------------------------
+
+    def peer(self, name: str) -> AsyncQueue:
+        """Queue `name` with this queue's settings, on the same server (on a
+        cluster: connected to its own slot's master; a queue made with
+        `client=` shares that client, which a cluster cannot do); this queue
+        for its own name."""
+        if name == self.name:
+            return self
+        if name not in self._peers:
+            if self._owns_client:
+                peer = AsyncQueue(name, url=self._url, settings=self.core.settings)
+            else:
+                peer = AsyncQueue(name, client=self.client, settings=self.core.settings)
+            self._peers[name] = peer
+        return self._peers[name]
+
+    async def enqueue_flow(self, flow: FlowJob, *, chunk_size: int = 500) -> FlowEnqueued:
+        """Enqueue a tree of jobs: each parent waits in waiting_children until
+        its children settled, then runs with their results. Nodes are written
+        top-down, parents first; sending the same tree again (same ids)
+        changes nothing that exists. Every node is validated first."""
+        core = self.core
+        plan = FlowPlan(
+            [flow], queue=self.name, prefix=core.keys.prefix, specs=core.specs,
+            events_maxlen=core.settings.events_maxlen, chunk_size=chunk_size,
+        )  # fmt: skip
+        return (await self.send_plan(plan))[0]
+
+    async def send_plan(self, plan: FlowPlan) -> list[FlowEnqueued]:
+        """Write a FlowPlan's calls in order, each on its own queue's slot."""
+        replies = []
+        for flow_call in plan.calls:
+            queue = self.peer(flow_call.queue)
+            await queue.check()
+            replies.append((await queue._send_enqueues([flow_call.call]))[0])
+        return plan.result(replies)
+
+    async def enqueue_pipeline(
+        self,
+        steps: Sequence[StepGroup],
+        data: Any = None,
+        *,
+        state: Mapping[str, Any] | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> Enqueued:
+        """Enqueue a pipeline (client/pipelines.py): its steps run one after
+        the other, each in its own queue, a list of steps as a fan-out; each
+        step's job gets the result of the step before as its data (the first:
+        `data`), or with `state`, the shared state mapping, updated by every
+        step's result mapping. Its driver job runs in this queue: its result is
+        the last step's result (a fan-out's: a mapping by step name), or the
+        final state."""
+        spec = pipeline_data(steps, data, state, self.core.specs)
+        return await self.enqueue(PIPELINE_TASK, spec, **options)
+
+    async def children_results(self, job_id: str) -> ChildrenResults:
+        """What the children of parent `job_id` left it (see ChildrenResults)."""
+        keys = children_keys(self.core.keys, check_job_id(job_id))
+        with translated():
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.hgetall(key)
+            return children_results(*(await pipe.execute()))
+
+    async def children_counts(self, job_id: str) -> ChildrenCounts:
+        """Children of parent `job_id`: all, pending, completed, ignored, failed."""
+        return (await self._counts([job_id]))[0]
+
+    async def _counts(self, job_ids: list[str]) -> list[ChildrenCounts]:
+        with translated():
+            pipe = self.client.pipeline(transaction=False)
+            keys = self.core.keys
+            for job_id in map(check_job_id, job_ids):
+                pipe.zcard(keys.children(job_id))
+                pipe.scard(keys.pending(job_id))
+                for key in children_keys(keys, job_id):
+                    pipe.hlen(key)
+            replies = (await pipe.execute()) if job_ids else []
+        return [counts_of(replies[i : i + 5]) for i in range(0, len(replies), 5)]
+
+    async def flow(self, job_id: str, *, offset: int = 0, limit: int = 100) -> FlowNode:
+        """Node `job_id` of a flow with one page of its children (in the order
+        added), each with its state, result, error and child counts; page on
+        with `offset`, go down with the child's own queue's flow()."""
+        with translated():
+            raw = await self.client.hgetall(self.core.job_key(job_id))
+            end = offset + limit - 1
+            refs = await self.client.zrange(self.core.keys.children(job_id), offset, end)
+        children = []
+        for ref in (ops.text(r) for r in refs):
+            queue_name, child_id = split_reference(ref)
+            peer = self.peer(queue_name)
+            with translated():
+                child_raw = await peer.client.hgetall(peer.core.job_key(child_id))
+            counts = (await peer._counts([child_id]))[0]
+            children.append(node_of(ref, child_raw, counts))
+        node = node_of(reference(self.name, job_id), raw, (await self._counts([job_id]))[0])
+        return dataclasses.replace(node, children=tuple(children))
 
     # --- inspecting ------------------------------------------------------------
 

@@ -431,6 +431,7 @@ class QueueCore:
             (JobState.COMPLETED, k.completed),
             (JobState.FAILED, k.failed),
             (JobState.BLOCKED, k.blocked),
+            (JobState.WAITING_CHILDREN, k.waiting_children),
         ]
 
     def index_of(self, state: JobState | str, group: str | None = None) -> str:

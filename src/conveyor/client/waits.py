@@ -152,13 +152,13 @@ class SyncWaits:
                 waiter.element = element
                 waiter.done.set()
 
-    def _waited(self) -> list[str] | None:
-        """The jobs waited for; None (and the hub ends) when there are none."""
+    def _anyone_waits(self) -> bool:
+        """True while anyone waits; else the hub ends (marked under the lock,
+        so a waiter that comes next starts a new one)."""
         with self._lock:
             if not self._waiters:
                 self._running = False
-                return None
-            return list(self._waiters)
+            return self._running
 
     def _run(self) -> None:
         try:
@@ -169,14 +169,16 @@ class SyncWaits:
 
     def _follow_events(self) -> None:
         sweep, delay = True, 0.1
-        while not self._closed and (waited := self._waited()) is not None:
+        while not self._closed and self._anyone_waits():
             try:
                 with translated():
                     if sweep:
-                        self._start_and_sweep(waited)
+                        self._start_and_sweep()
                     sweep = self._follow_once()
                 delay = 0.1
             except ConnectionLostError as exc:  # Redis away: waiters keep their deadlines
+                if self._closed:  # the client closed the hub's connection under it
+                    return
                 log.warning("waiting for results: %s; retrying in %.1f s", exc, delay)
                 time.sleep(delay)
                 sweep, delay = True, min(delay * 2, 5.0)
@@ -184,9 +186,13 @@ class SyncWaits:
                 self._fail_all(exc)
                 return
 
-    def _start_and_sweep(self, waited: list[str]) -> None:
+    def _start_and_sweep(self) -> None:
         keys = self._follow.keys
         self._follow.start(self._hub_client.xrevrange(keys.events, "+", "-", count=1))
+        # the waiters of now, not of before the stream position was taken: one that
+        # came in between may have ended before that position, unseen by the stream
+        with self._lock:
+            waited = list(self._waiters)
         self._fetch(waited)
 
     def _follow_once(self) -> bool:
@@ -278,11 +284,10 @@ class AsyncWaits:
     async def _run(self) -> None:
         sweep, delay = True, 0.1
         while self._waiters:
-            waited = list(self._waiters)
             try:
                 with translated():
                     if sweep:
-                        await self._start_and_sweep(waited)
+                        await self._start_and_sweep()
                     sweep = await self._follow_once()
                 delay = 0.1
             except ConnectionLostError as exc:
@@ -297,10 +302,10 @@ class AsyncWaits:
                 self._waiters.clear()
                 return
 
-    async def _start_and_sweep(self, waited: list[str]) -> None:
+    async def _start_and_sweep(self) -> None:
         keys = self._follow.keys
         self._follow.start(await self._hub_client.xrevrange(keys.events, "+", "-", count=1))
-        await self._fetch(waited)
+        await self._fetch(list(self._waiters))  # those of now (see SyncWaits)
 
     async def _follow_once(self) -> bool:
         keys = self._follow.keys

@@ -28,7 +28,7 @@ Two sources, two places:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,16 +161,22 @@ class _Snapshot(Collector):
         return families(self.states)
 
 
+# The queues to report: names or AsyncQueues, or an async callable that lists
+# AsyncQueues at each scrape (a dashboard's own, say: they stay the caller's).
+QueueSource = Sequence[str | AsyncQueue] | Callable[[], Awaitable[Sequence[AsyncQueue]]]
+
+
 class MetricsApp:
     """An ASGI app answering every GET with the queues' state in Prometheus's
     text format: mount it at `/metrics`. Queues given by name are opened with
     `url` at the first scrape (on the serving loop) and closed by `close()`
     or the ASGI lifespan's shutdown (a mounted app gets no lifespan events:
-    call `close()` from the host app's own); AsyncQueues given are the
-    caller's to close."""
+    call `close()` from the host app's own); AsyncQueues given, or listed by
+    a callable, are the caller's to close."""
 
-    def __init__(self, queues: Sequence[str | AsyncQueue], *, url: str | None = None) -> None:
-        self._given = list(queues)
+    def __init__(self, queues: QueueSource, *, url: str | None = None) -> None:
+        self._source = queues if callable(queues) else None
+        self._given = [] if callable(queues) else list(queues)
         self._url = url
         self._queues: list[AsyncQueue] = []
         self._owned: list[AsyncQueue] = []
@@ -184,7 +190,8 @@ class MetricsApp:
         if scope.get("method", "GET") not in ("GET", "HEAD"):
             await _respond(send, 405, b"method not allowed\n", "text/plain")
             return
-        states = await asyncio.gather(*(_read(q) for q in self._opened()))
+        queues = self._opened() if self._source is None else await self._source()
+        states = await asyncio.gather(*(_read(q) for q in queues))
         registry = CollectorRegistry()
         registry.register(_Snapshot(list(states)))
         await _respond(send, 200, generate_latest(registry), CONTENT_TYPE_LATEST)
@@ -214,7 +221,7 @@ class MetricsApp:
                 return
 
 
-def metrics_app(queues: Sequence[str | AsyncQueue], *, url: str | None = None) -> MetricsApp:
+def metrics_app(queues: QueueSource, *, url: str | None = None) -> MetricsApp:
     """The ASGI `/metrics` app of `queues` (see MetricsApp)."""
     return MetricsApp(queues, url=url)
 

@@ -344,7 +344,13 @@ def complete(keys: QueueKeys, items: Sequence[tuple[str, str, str]], *, events_m
 
 
 def decode_complete(reply: Sequence[Any]) -> list[bool]:
-    return [int(x) == 1 for x in reply]
+    """Per job: completed (1, or 2 when its flow hand-off went to the outbox)."""
+    return [int(x) >= 1 for x in reply]
+
+
+def handed_off(reply: Sequence[Any]) -> bool:
+    """Whether a complete call left a flow hand-off in the outbox (a 2)."""
+    return any(int(x) == 2 for x in reply)
 
 
 def fail(keys: QueueKeys, items: Sequence[FailItem], *, events_maxlen: int) -> Call:

@@ -22,11 +22,17 @@ Outcome = tuple[str, str, Success | Failure]  # id, token, outcome
 
 class AckBuffer:
     def __init__(
-        self, runner: AsyncRunner, core: QueueCore, on_written: Callable[[str, str], None]
+        self,
+        runner: AsyncRunner,
+        core: QueueCore,
+        on_written: Callable[[str, str], None],
+        on_handed_off: Callable[[], None] | None = None,
     ) -> None:
         self.runner = runner
         self.core = core
         self.on_written = on_written  # (job id, what happened)
+        # a completed flow child's hand-off waits in the outbox: carry it now
+        self.on_handed_off = on_handed_off
         self._pending: list[Outcome] = []
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -107,6 +113,8 @@ class AckBuffer:
         if done:
             for (job_id, _, _), ok in zip(done, ops.decode_complete(replies[0]), strict=True):
                 self.on_written(job_id, "completed" if ok else "lost")
+            if self.on_handed_off is not None and ops.handed_off(replies[0]):
+                self.on_handed_off()
         if failed:
             for item, what in zip(failed, ops.decode_fail(replies[-1]), strict=True):
                 self.on_written(item.id, what)

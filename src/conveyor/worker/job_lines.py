@@ -12,6 +12,7 @@ written failures (a job that succeeds costs it nothing).
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from conveyor.hooks import Hook, RunningJob
@@ -106,3 +107,30 @@ class JobFields(logging.Filter):
                 for name, value in fields_of(job).items():
                     setattr(record, name, value)
         return True
+
+
+class JobLogHandler(logging.Handler):
+    """Sends each record logged while a job runs (by its handler, or code it
+    calls) to that job's own log, as `current_job().log(...)` does:
+
+        logging.getLogger("app").addHandler(JobLogHandler())
+
+    Records logged outside a job are left to the other handlers. A record
+    logged while writing one (a failed write's warning) is not sent again."""
+
+    def __init__(self, level: int = logging.INFO) -> None:
+        super().__init__(level)
+        self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        self._writing = threading.local()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        job = current_job_or_none()
+        if job is None or getattr(self._writing, "on", False):
+            return
+        self._writing.on = True
+        try:
+            job.log(self.format(record))
+        except Exception:
+            self.handleError(record)
+        finally:
+            self._writing.on = False

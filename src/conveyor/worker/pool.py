@@ -32,6 +32,7 @@ from conveyor.worker.acks import AckBuffer
 from conveyor.worker.context import JobContext
 from conveyor.worker.execution import Failure, Outcome, Running, Success, execute
 from conveyor.worker.policy import policies, policy_call
+from conveyor.worker.steps import WorkerFlows
 
 log = logging.getLogger("conveyor.worker")
 
@@ -96,6 +97,7 @@ class JobPool:
         lease: float,
         freed: asyncio.Event,
         hooks: Hooks | None = None,
+        on_handed_off: Callable[[], None] | None = None,
     ) -> None:
         self.held: dict[str, Running] = {}
         self.in_flight = 0  # accepted and not finished yet
@@ -114,9 +116,10 @@ class JobPool:
         self._all_done = asyncio.Event()
         self._all_done.set()
         self._inbox = Inbox()
-        self._acks = AckBuffer(queue.runner, queue.core, self._written)
+        self._acks = AckBuffer(queue.runner, queue.core, self._written, on_handed_off)
         self._executor = ThreadPoolExecutor(concurrency, thread_name_prefix="conveyor-job")
         self._loop = asyncio.get_running_loop()
+        self._flows = WorkerFlows(queue)
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self, on_died: Callable[[asyncio.Task[None]], None]) -> None:
@@ -131,6 +134,10 @@ class JobPool:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def outcomes_written(self) -> None:
+        """Wait until every outcome handed to the ack writer is in Redis."""
+        await self._acks.drained()
 
     def leases(self) -> list[tuple[str, str]]:
         """(job id, token) of every lease held; read by the heartbeat thread."""
@@ -179,6 +186,8 @@ class JobPool:
             worker_id=self._worker_id,
             report_progress=self._progress,
             report_log=self._job_log,
+            flows=self._flows,
+            loop=self._loop,
         )
         if claimed.headers:
             ctx.headers = _headers(claimed.headers)

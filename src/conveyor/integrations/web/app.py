@@ -148,4 +148,3 @@ def dashboard_app(settings: DashboardSettings | None = None) -> Starlette:
     app.state.queues = queues
     app.state.templates = templates
     return app
-

@@ -102,8 +102,10 @@ async def jobs_page(request: Request) -> Response:
         )
     except ValidationError as exc:
         raise HTTPException(400, str(exc)) from exc
-    total = seen.counts[state] if group is None else next(
-        (g.waiting for g in seen.groups if g.name == group), len(ids)
+    total = (
+        seen.counts[state]
+        if group is None
+        else next((g.waiting for g in seen.groups if g.name == group), len(ids))
     )
     jobs = await queue.get_many(ids)
     return render(
