@@ -189,3 +189,19 @@ def test_conveyor_dashboard_serves_on_loopback(redis_url: str, sync_queue: Queue
     finally:
         server.terminate()
         server.communicate(timeout=15)
+
+
+async def test_metrics_for_prometheus_behind_the_same_access(
+    make: Any, redis_url: str, queue_name: str, sync_queue: Queue
+) -> None:
+    sync_queue.enqueue("t", None)
+    sync_queue.enqueue("t", None, delay=60)
+    app = make(DashboardSettings(url=redis_url, queues=(queue_name,), token="s3cret"))
+    async with _client(app) as client:
+        assert (await client.get("/metrics")).status_code == 401
+        scraped = await client.get("/metrics", headers={"Authorization": "Bearer s3cret"})
+    assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain")
+    lines = scraped.text.splitlines()
+    assert f'conveyor_queue_jobs{{queue="{queue_name}",state="waiting"}} 1.0' in lines
+    assert f'conveyor_queue_jobs{{queue="{queue_name}",state="delayed"}} 1.0' in lines
+    assert f'conveyor_queue_live_workers{{queue="{queue_name}"}} 0.0' in lines

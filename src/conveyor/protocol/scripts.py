@@ -41,6 +41,7 @@ SCRIPT_NAMES = (
     "flow_settle",
     "flow_attach",
     "flow_wait",
+    "forget",
 )
 
 _INCLUDE = "-- @include "
