@@ -295,7 +295,7 @@ def same_id(
 
     def start_busy() -> None:
         """Once every racer waits at the barrier: start `busy` and wait until it runs."""
-        producer.send_until_acked([Enqueue("busy", "work", {"s": 3.0})], 10)
+        producer.send_until_acked([Enqueue("busy", "work", {"s": 6.0})], 10)
         running.append(wait_until(
             lambda: any(e.kind == "start" and e.id == "busy"
                         for e in ledger.read(scene.ledger_path)),
