@@ -39,6 +39,7 @@ MODULES = (
     "network",
     "security",
     "cluster",
+    "flows",
     "soak",
     "round2",
 )

@@ -323,8 +323,8 @@ def redis_down(
     spread_ok = True
     for p in pool.all_procs:
         text = p.log_path.read_text(errors="replace")
-        claim = _log_times(text, "claim failed")
-        beats = _log_times(text, "heartbeat failed")
+        claim = _log_times(text, "could not claim jobs")
+        beats = _log_times(text, "could not send the heartbeat")
         gaps = [round(b - a, 2) for a, b in zip(claim, claim[1:], strict=False)]
         retries[p.log_path.name] = {"claim_retries": len(claim), "claim_gaps_s": gaps[-6:],
                                     "heartbeat_failures": len(beats)}  # fmt: skip

@@ -71,12 +71,14 @@ class Heartbeat(threading.Thread):
                 if self.after_beat is not None:
                     self.after_beat(self.runner)
                 if failures:
-                    log.warning("heartbeat back after %d failed attempt(s)", failures)
+                    log.warning("heartbeat sent again after %d failed attempt(s)", failures)
                 failures = 0
             except (ConveyorError, redis.RedisError) as exc:  # Redis away or full
                 failures += 1
                 if failures == 1 or failures % 10 == 0:  # not a line per attempt
-                    log.warning("heartbeat failed (%d in a row): %s", failures, exc)
+                    log.warning(
+                        "could not send the heartbeat (%d time(s) in a row): %s", failures, exc
+                    )
             except Exception:  # never let the thread die silently
                 failures += 1
                 log.exception("heartbeat failed")
@@ -127,7 +129,8 @@ class Heartbeat(threading.Thread):
             reply = ops.decode_reap(self.runner.run(call))
             if reply.recovered or reply.failed:
                 log.warning(
-                    "recovered %d stalled job(s), failed %d after too many stalls",
+                    "expired leases: %d job(s) back in the queue, %d failed for good "
+                    "after too many stalls",
                     reply.recovered,
                     reply.failed,
                 )

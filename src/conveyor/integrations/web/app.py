@@ -12,12 +12,14 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.routing import Mount
+from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from conveyor.client.aio import AsyncQueue
 from conveyor.client.core import QueueSettings
+from conveyor.integrations.prometheus import metrics_app
 from conveyor.integrations.web import actions, pages
 from conveyor.integrations.web.access import Access, AuthHook
 from conveyor.integrations.web.formatting import FILTERS
@@ -66,6 +68,13 @@ class Queues:
             )
         return made[name]
 
+    async def open(self, name: str) -> AsyncQueue:
+        """The queue `name` if the dashboard shows it (named in the settings, else
+        in the registry): a made-up name in a URL opens no connection."""
+        if name not in await self.names():
+            raise LookupError(f"no queue named {name!r} on this server")
+        return self.get(name)
+
     async def names(self) -> list[str]:
         if self.settings.queues:
             return list(self.settings.queues)
@@ -76,6 +85,36 @@ class Queues:
             for queue in made.values():
                 await queue.close()
             made.clear()
+
+
+class QueueMetrics:
+    """`/metrics`: the shown queues' state in Prometheus's text format, read at
+    each scrape through conveyor.integrations.prometheus (behind the same access)."""
+
+    def __init__(self, queues: Queues) -> None:
+        self.queues = queues
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        shown = [self.queues.get(name) for name in await self.queues.names()]
+        await metrics_app(shown)(dict(scope), receive, send)
+
+
+def with_dashboard(app: ASGIApp, prefix: str, dashboard: ASGIApp) -> ASGIApp:
+    """`app` with the dashboard answering under `prefix`: for ASGI apps that
+    cannot mount another (Django's `get_asgi_application()`)."""
+    prefix = "/" + prefix.strip("/")
+
+    async def route(scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] in ("http", "websocket") and (
+            path == prefix or path.startswith(prefix + "/")
+        ):
+            root = scope.get("root_path", "") + prefix
+            await dashboard({**scope, "root_path": root}, receive, send)
+        else:
+            await app(scope, receive, send)
+
+    return route
 
 
 def dashboard_app(settings: DashboardSettings | None = None) -> Starlette:
@@ -97,6 +136,7 @@ def dashboard_app(settings: DashboardSettings | None = None) -> Starlette:
         routes=[
             *pages.routes(),
             *actions.routes(),
+            Route("/metrics", QueueMetrics(queues), name="metrics"),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],
         middleware=[
@@ -108,4 +148,3 @@ def dashboard_app(settings: DashboardSettings | None = None) -> Starlette:
     app.state.queues = queues
     app.state.templates = templates
     return app
-
