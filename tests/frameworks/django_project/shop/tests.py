@@ -1,5 +1,6 @@
 """ConveyorBackend against PostgreSQL and a private Redis (CONVEYOR_REDIS_URL, started for
-this run alone, so flushing it is safe). TransactionTestCase: commits are real here."""
+this run alone, its pid in CONVEYOR_TEST_REDIS_PID: only that one is flushed).
+TransactionTestCase: commits are real here."""
 
 import io
 import os
@@ -33,6 +34,10 @@ SIGNALS = {"enqueued": task_enqueued, "started": task_started, "finished": task_
 class ConveyorBackendTests(TransactionTestCase):
     def setUp(self):
         with redis.Redis.from_url(os.environ["CONVEYOR_REDIS_URL"]) as client:
+            # flush only the server started for this run (its pid is in the environment)
+            pid = client.info("server")["process_id"]
+            if str(pid) != os.environ.get("CONVEYOR_TEST_REDIS_PID"):
+                self.fail(f"refusing to flush the Redis of pid {pid}: not this run's own")
             client.flushall()
         self.queue = Queue("default")
         self.seen = []
