@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml
 		{ echo "Conveyor needs Python 3.11+: run make PYTHON=python3.11 (or newer)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e '.[test,spark,django,fastapi,sqlalchemy,docs,web]'
+	$(PY) -m pip install -e '.[test,spark,django,fastapi,sqlalchemy,docs,web,prometheus,otel]'
 	touch $@
 
 lint: venv
@@ -39,10 +39,12 @@ lint: venv
 	$(PY) -m ruff check src tests examples
 
 # System tools the suite needs, installed here where that is possible (root with apt-get):
-# Java 17+ for PySpark, libfaketime for the clock-skew chaos scenario. Without them the tests
-# that need them fail and say how to install them.
+# Java 17+ for PySpark, libfaketime for the clock-skew chaos scenario, Debian's chromium for
+# the dashboard's browser tests (Playwright drives it; never `playwright install`). Without
+# them the tests that need them fail and say how to install them.
 APT_NEEDS = $$(command -v java >/dev/null 2>&1 || echo openjdk-17-jre-headless) \
-	$$(ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || echo faketime)
+	$$(ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || echo faketime) \
+	$$(test -x /usr/bin/chromium || echo chromium)
 
 tools:
 	@need="$(APT_NEEDS)"; need=$$(echo $$need); \
@@ -73,7 +75,9 @@ demo: venv
 
 bench: venv
 	$(PY) -m bench $(BENCH_ARGS)
+	$(PY) -m bench.flows $(FLOWS_BENCH_ARGS)
 	$(PY) -m conveyor.integrations.spark.bench $(SPARK_BENCH_ARGS)
+	$(PY) -m bench.dashboard $(DASHBOARD_BENCH_ARGS)
 
 chaos: venv
 	$(PY) -m chaos $(CHAOS_ARGS)

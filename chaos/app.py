@@ -19,6 +19,9 @@ A job's data says what its handler does (every key optional):
     retry_in   on the first attempt raise with ``retry_at = time.time() + retry_in``
                (the worker's own, possibly skewed, clock)
     result_kb  return a result of about this many KiB
+    eat_mb     allocate (and touch) memory, 8 MiB every 20 ms, up to this many MiB, expecting
+               to be killed for it on the way (scenario 22's OOM killer); at the cap it
+               raises, so a kill that never came shows as a failure
 """
 
 from __future__ import annotations
@@ -106,6 +109,15 @@ def _finish(spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _eat(cap_mb: int) -> None:
+    """Hold ever more touched memory (b"x" * n writes every page) until killed."""
+    held: list[bytes] = []
+    for _ in range(cap_mb // 8):
+        held.append(b"x" * (8 << 20))
+        time.sleep(0.02)
+    raise MemoryError(f"ate {cap_mb} MiB and nobody killed the worker")
+
+
 def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -118,6 +130,8 @@ async def work(data: Any) -> dict[str, Any]:
         _die()
     if spec.get("cpu"):
         _burn(float(spec["cpu"]))  # on the event loop: blocks it on purpose
+    if spec.get("eat_mb"):
+        await asyncio.to_thread(_eat, int(spec["eat_mb"]))
     if sleep:
         await asyncio.sleep(sleep)
     return _finish(spec)

@@ -39,7 +39,9 @@ MODULES = (
     "network",
     "security",
     "cluster",
+    "flows",
     "soak",
+    "round2",
 )
 
 
