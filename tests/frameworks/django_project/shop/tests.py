@@ -4,7 +4,9 @@ TransactionTestCase: commits are real here."""
 
 import io
 import os
+import tempfile
 from datetime import timedelta
+from unittest import mock
 
 import redis
 from asgiref.sync import async_to_sync
@@ -175,6 +177,15 @@ class ConveyorBackendTests(TransactionTestCase):
         )
         ids = sorted(message.id for message in backend.check())
         self.assertEqual(ids, ["conveyor.E001", "conveyor.E002", "conveyor.E003", "conveyor.E005"])
+        bad_url = ConveyorBackend("bad", {"OPTIONS": {"URL": "http://example.com/"}})
+        self.assertEqual([m.id for m in bad_url.check()], ["conveyor.E006"])
+        empty = tempfile.mkdtemp()  # no URL anywhere and no embedded Redis: only a warning
+        with mock.patch.dict(os.environ, {"CONVEYOR_DATA_DIR": empty}):
+            os.environ.pop("CONVEYOR_REDIS_URL")
+            os.environ.pop("REDIS_URL", None)
+            [warning] = ConveyorBackend("none", {}).check()
+        self.assertEqual(warning.id, "conveyor.W001")
+        self.assertIn("conveyor redis", warning.msg)
         self.assertTrue(
             backend.supports_defer
             and backend.supports_async_task
