@@ -5,6 +5,8 @@ from conveyor.worker import current_job
 def resize(data):
     job = current_job()
     job.progress(3, 10)     # or job.progress(0.3)
+    if job.cancelled:       # timed out, aborted, lease lost: stop early
+        return
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ class JobContext:
     worker_id: str
     report_progress: Callable[[JobContext, float], None] = field(repr=False)
     lost: bool = False
+    # Set when the run is to stop: its timeout passed, its lease was lost, it
+    # was aborted, or the worker stops. Async handlers are cancelled and
+    # process handlers terminated as well; a sync handler on a thread cannot
+    # be stopped from outside, so a long one should check this flag and return.
+    cancelled: bool = False
 
     def progress(self, done: float, total: float | None = None) -> None:
         """Report progress as a fraction, or as `done` out of `total`."""

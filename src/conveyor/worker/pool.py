@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import types
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +28,7 @@ from conveyor.protocol import ops
 from conveyor.worker.acks import AckBuffer
 from conveyor.worker.context import JobContext
 from conveyor.worker.execution import Running, execute
+from conveyor.worker.watchdog import LoopWatchdog
 
 log = logging.getLogger("conveyor.worker")
 
@@ -109,6 +111,12 @@ class JobPool:
         self._executor = ThreadPoolExecutor(concurrency, thread_name_prefix="conveyor-job")
         self._loop = asyncio.get_running_loop()
         self._tasks: list[asyncio.Task[None]] = []
+        self._watchdog = LoopWatchdog(
+            self._loop,
+            handlers=_loop_handlers(handlers),
+            busy=lambda: self.in_flight > 0,
+            execute_code=execute.__code__,
+        )
 
     def start(self, on_died: Callable[[asyncio.Task[None]], None]) -> None:
         """Start the runners and the ack writer; `on_died` if one ends."""
@@ -116,8 +124,10 @@ class JobPool:
         self._tasks = [asyncio.create_task(c) for c in [*runners, self._acks.run()]]
         for task in self._tasks:
             task.add_done_callback(on_died)
+        self._watchdog.start()
 
     async def close(self) -> None:
+        self._watchdog.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -164,7 +174,9 @@ class JobPool:
             running = await inbox.get()
             try:
                 if not running.ctx.lost:  # its lease may have gone while it waited
-                    outcome = await execute(running, self._executor, inbox.hand_on)
+                    outcome = await execute(
+                        running, self._executor, inbox.hand_on, self._watchdog.stalls
+                    )
                     if running.pending:  # progress writes first, or the ended run refuses them
                         inbox.hand_on()
                         await asyncio.gather(*running.pending, return_exceptions=True)
@@ -196,7 +208,7 @@ class JobPool:
             if running is None or running.ended:  # the ack's reply says whether it counted
                 continue
             log.warning("job %s: lease lost (expired or taken over); stopping it", job_id)
-            running.ctx.lost = True
+            running.ctx.lost = running.ctx.cancelled = True
             if running.scope is not None:
                 running.scope.reschedule(self._loop.time())
 
@@ -243,7 +255,7 @@ class JobPool:
         leftovers = [r for r in self.held.values() if not r.ctx.lost and r.scope is not None]
         now = self._loop.time()
         for running in leftovers:
-            running.ctx.lost = True  # its writes are dropped: it goes back to the queue
+            running.ctx.lost = running.ctx.cancelled = True  # writes dropped: back to the queue
             if running.scope is not None:
                 running.scope.reschedule(now)
         await self._release(leftovers, started=True)
@@ -264,6 +276,16 @@ class JobPool:
         for job_id, _, _ in leases:
             self.held.pop(job_id, None)
         log.info("gave back %d unfinished job(s)", len(leases))
+
+
+def _loop_handlers(handlers: dict[str, Task[Any, Any]]) -> dict[types.CodeType, str]:
+    """The code of each async handler (run on the loop), to name a blocker by."""
+    codes = {}
+    for name, task in handlers.items():
+        code = getattr(task.fn, "__code__", None)
+        if task.is_async and isinstance(code, types.CodeType):
+            codes[code] = name
+    return codes
 
 
 def log_failure(future: Any) -> None:
