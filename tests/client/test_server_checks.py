@@ -50,7 +50,7 @@ def test_the_protocol_version_is_written_and_checked(
 ) -> None:
     with Queue(queue_name, url=redis_url) as q:
         q.enqueue("t", None)
-        assert redis_client.hget(q.core.keys.meta, "version") == b"3"
+        assert redis_client.hget(q.core.keys.meta, "version") == b"4"
         redis_client.hset(q.core.keys.meta, "version", "99")
     with Queue(queue_name, url=redis_url) as q, pytest.raises(ProtocolVersionError):
         q.enqueue("t", None)

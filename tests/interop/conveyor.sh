@@ -1,5 +1,5 @@
 #!/bin/sh
-# A second implementation of the Conveyor protocol (docs/protocol.md, version 3), written from the
+# A second implementation of the Conveyor protocol (docs/protocol.md, version 4), written from the
 # document alone in POSIX sh over redis-cli: a producer and a burst worker. The interop tests run
 # it against queues that the Python library also uses, to show that the document is enough to
 # share a queue. It is test code, not a product: it trusts its inputs.
@@ -45,9 +45,9 @@ load() {
 
 # §10: claim the version before the first write, refuse another.
 check_version() {
-    raw HSETNX "$1meta" version 3 >/dev/null
+    raw HSETNX "$1meta" version 4 >/dev/null
     v=$(raw HGET "$1meta" version)
-    [ "$v" = 3 ] || { echo "queue speaks protocol version $v, not 3" >&2; exit 3; }
+    [ "$v" = 4 ] || { echo "queue speaks protocol version $v, not 4" >&2; exit 3; }
 }
 
 hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }

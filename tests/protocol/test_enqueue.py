@@ -170,7 +170,7 @@ def test_a_batch_answers_per_job_in_order(q: Proto) -> None:
 # --- upsert: enqueue of an id that is waiting or delayed ----------------------------------
 
 
-def test_upsert_replaces_data_and_resets_counts_by_default(q: Proto) -> None:
+def test_upsert_replaces_data_and_resets_failures_by_default(q: Proto) -> None:
     q.enqueue("u", "t1", {"v": 1})
     score = q.score(q.keys.ready, "u")
     q.r.hset(q.keys.job("u"), mapping={"attempts": 2, "failures": 1, "stalls": 1})
@@ -178,7 +178,8 @@ def test_upsert_replaces_data_and_resets_counts_by_default(q: Proto) -> None:
     assert (out.outcome, out.state) == ("updated", "waiting")
     job = q.job("u")
     assert (job["task"], job["data"]) == ("t2", '{"v":2}')
-    assert (job["attempts"], job["failures"], job["stalls"]) == ("0", "0", "0")
+    # the failure budget is given back; the history of runs and stalls is kept (issue 15)
+    assert (job["attempts"], job["failures"], job["stalls"]) == ("2", "0", "1")
     assert q.score(q.keys.ready, "u") == score  # keeps its place in line
     assert q.members(q.keys.ready) == ["u"]
     assert q.events("updated") == [{"event": "updated", "id": "u", "state": "waiting"}]

@@ -192,7 +192,7 @@ def test_a_retry_merges_a_blocked_twin_by_its_upsert_rules(q: Proto) -> None:
     assert q.fail("s", "t") == "retried"
     job = q.job("s")
     assert (job["state"], job["data"], job["max_failures"]) == ("waiting", "2", "9")
-    assert (job["failures"], job["attempts"]) == ("0", "0")  # u_reset
+    assert (job["failures"], job["attempts"]) == ("0", "1")  # u_reset: failures only
     assert not any(k.startswith("u_") for k in job)
     assert q.r.exists(q.keys.blocked_job("s")) == 0
     assert q.members(q.keys.blocked) == []

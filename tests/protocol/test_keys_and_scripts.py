@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from conveyor.client.transport import SyncRunner
-from conveyor.protocol import PROTOCOL_VERSION, ops, schedules
+from conveyor.protocol import PROTOCOL_VERSION, flows, observe, ops, schedules
 from conveyor.protocol.keys import ID_PATTERN, NAME_PATTERN, QueueKeys
 from conveyor.protocol.scripts import SCRIPT_NAMES, expand, load_script
 from support.servers import ServerFactory
@@ -47,7 +47,10 @@ def all_keys(keys: QueueKeys, job_id: str) -> list[str]:
         keys.blocked, keys.marker, keys.events, keys.workers, keys.worker("host-1-ab"),
         keys.job(job_id), keys.blocked_job(job_id), keys.done(job_id), keys.groups,
         keys.gwait, keys.gactive, keys.group_ready("tenant-1"), keys.group_conf("tenant-1"),
-        keys.wake("host-1-ab"),
+        keys.wake("host-1-ab"), keys.metrics(493_000), keys.timings(493_000), keys.totals,
+        keys.job_log(job_id), keys.waiting_children, keys.outbox, keys.children(job_id),
+        keys.pending(job_id), keys.processed(job_id), keys.ignored(job_id),
+        keys.children_failed(job_id),
     ]  # fmt: skip
 
 
@@ -96,6 +99,14 @@ def sample_call(name: str) -> ops.Call:
         "reprioritize": ops.reprioritize(keys, "id", 5, events_maxlen=10),
         "retry": ops.retry(keys, "id", events_maxlen=10),
         "remove": ops.remove(keys, "id", events_maxlen=10),
+        "record_metrics": observe.record_metrics(
+            keys, completed=1, failed=0, retried=0, stalled=0, timings={}, retention_ms=1
+        ),
+        "job_log": observe.job_log(keys, job_id="id", token="t", lines=["a line"]),
+        "flow_add": flows.flow_add(keys, [flows.FlowNodeArgs(spec, "", "", ())], events_maxlen=10),
+        "flow_settle": flows.flow_settle(
+            keys, [flows.HandOff("1-0", "q/p", "o/c", "completed", "1", "")], events_maxlen=10
+        ),
     }[name]
 
 
@@ -125,10 +136,13 @@ def test_the_key_layout() -> None:
         "cv:{q}:failed", "cv:{q}:blocked", "cv:{q}:marker", "cv:{q}:events", "cv:{q}:workers",
         "cv:{q}:worker:host-1-ab", "cv:{q}:job:7", "cv:{q}:blocked:7", "cv:{q}:done:7",
         "cv:{q}:groups", "cv:{q}:gwait", "cv:{q}:gactive", "cv:{q}:gready:tenant-1",
-        "cv:{q}:gconf:tenant-1", "cv:{q}:wake:host-1-ab",
+        "cv:{q}:gconf:tenant-1", "cv:{q}:wake:host-1-ab", "cv:{q}:metrics:493000",
+        "cv:{q}:timings:493000", "cv:{q}:totals", "cv:{q}:log:7", "cv:{q}:wchildren",
+        "cv:{q}:outbox", "cv:{q}:children:7", "cv:{q}:pending:7", "cv:{q}:processed:7",
+        "cv:{q}:ignored:7", "cv:{q}:cfailed:7",
     ]  # fmt: skip
     assert k.base == "cv:{q}:"
-    assert PROTOCOL_VERSION == 3
+    assert PROTOCOL_VERSION == 4
 
 
 @pytest.mark.parametrize("bad", ["", "-a", "a b", "a{b", "a}b", "a:b", "a*", "é", "x" * 129])

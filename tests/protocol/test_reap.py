@@ -134,7 +134,7 @@ def test_failing_for_good_releases_a_blocked_twin(q: Proto) -> None:
     time.sleep(PAST_LEASE)
     assert q.reap().failed == 1
     job = q.job("s")
-    assert (job["state"], job["data"], job["stalls"]) == ("waiting", "2", "0")
+    assert (job["state"], job["data"], job["stalls"]) == ("waiting", "2", "1")  # still a suspect
     assert q.members(q.keys.ready) == ["s"]
     assert q.members(q.keys.failed) == []
 
@@ -196,3 +196,37 @@ def test_reap_says_more_after_a_full_batch_of_expired_leases(q: Proto) -> None:
 def test_a_quiet_queue_needs_no_more_reaping(q: Proto) -> None:
     q.start("a", token="t", lease_ms=60_000)
     assert q.reap().more is False
+
+
+# Defect 1 of issue 15: a re-enqueue (default reset_counts) of a job whose worker
+# died must not erase its stall history, or a poison job is no longer isolated.
+def test_a_merged_twin_keeps_the_stall_and_attempt_history(q: Proto) -> None:
+    q.start("s", token="t", lease_ms=LEASE_MS, max_stalls=3, data=1)
+    assert q.enqueue("s", data=2).outcome == "blocked"  # reset_counts on by default
+    time.sleep(PAST_LEASE)
+    assert q.reap().recovered == 1
+    job = q.job("s")
+    assert (job["data"], job["stalls"], job["attempts"]) == ("2", "1", "1")
+    again = q.claim(token="t2", lease_ms=LEASE_MS).jobs
+    assert [(j.id, j.attempts, j.stalls) for j in again] == [("s", 2, 1)]  # a visible re-run
+
+
+def test_a_suspect_stays_isolated_after_a_re_enqueue(q: Proto) -> None:
+    q.start("s", token="t", lease_ms=LEASE_MS)
+    q.enqueue("s", data=2)
+    q.enqueue("other")
+    time.sleep(PAST_LEASE)
+    q.reap()
+    first = q.claim(4, token="t2")
+    assert [j.id for j in first.jobs] == ["s"]  # alone: the neighbour is not claimed with it
+
+
+def test_a_twin_taking_over_from_a_final_stall_stays_a_suspect(q: Proto) -> None:
+    q.start("s", token="t", lease_ms=LEASE_MS, max_stalls=1, data=1)
+    q.enqueue("s", data=2)
+    q.enqueue("other")
+    time.sleep(PAST_LEASE)
+    assert q.reap().failed == 1
+    job = q.job("s")
+    assert (job["state"], job["data"], job["stalls"], job["attempts"]) == ("waiting", "2", "1", "1")
+    assert [j.id for j in q.claim(4, token="t2").jobs] == ["s"]

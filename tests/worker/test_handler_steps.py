@@ -292,7 +292,7 @@ async def test_a_lost_lease_report_for_a_job_whose_outcome_waits_to_be_written_i
         )  # fmt: skip
         runners = [asyncio.create_task(pool._run_jobs()) for _ in range(2)]  # no ack writer
         for job_id, task in (("done", "quick"), ("busy", "slow")):
-            pool.accept(ClaimedJob(job_id, task, b"null", 1, *[None] * 9), "tok")
+            pool.accept(ClaimedJob(job_id, task, b"null", 1, *[None] * 9), "tok", 0)
         for _ in range(100):
             if pool.held["done"].ended:
                 break

@@ -1,15 +1,19 @@
 """Where and how Conveyor connects: the Redis URL, the connection options
 every client uses, the lean wire's endpoint and a cluster queue's route.
-No I/O here."""
+No I/O here but one: with no URL configured, resolve_url probes the
+embedded server's socket (a PING)."""
 
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from conveyor.client.cluster import SlotRoute, is_cluster_url
 from conveyor.client.endpoint import Endpoint
+from conveyor.client.local import DATA_DIR_ENV, default_data_dir, running_url
 from conveyor.errors import ConfigurationError
 from conveyor.protocol.keys import QueueKeys
 
@@ -17,16 +21,32 @@ URL_VARIABLES = ("CONVEYOR_REDIS_URL", "REDIS_URL")
 
 
 def resolve_url(url: str | None) -> str:
-    """The Redis URL: the argument, else CONVEYOR_REDIS_URL, else REDIS_URL."""
+    """The Redis URL: the argument, else CONVEYOR_REDIS_URL, else REDIS_URL,
+    else the embedded Redis running in the data directory the CLI uses
+    ($CONVEYOR_DATA_DIR, else ./.conveyor), found the same way the CLI
+    finds it (client/local.py)."""
     if url:
         return url
     for name in URL_VARIABLES:
         if os.environ.get(name):
             return os.environ[name]
+    found = running_url()
+    if found is not None:
+        return found
+    data_dir = default_data_dir().resolve()
     raise ConfigurationError(
-        "no Redis URL: pass url=..., set CONVEYOR_REDIS_URL, or start the embedded "
-        "server with `conveyor redis` (conveyor.integrations.embedded.EmbeddedRedis)"
+        f"no Redis URL, and no embedded Redis runs in {data_dir}. Start one there "
+        f"(it stays up until Ctrl-C) with:\n\n    {_start_line(data_dir)}\n\n"
+        "or point Conveyor at a server: pass url=..., or\n\n"
+        "    export CONVEYOR_REDIS_URL=redis://127.0.0.1:6379/0\n"
     )
+
+
+def _start_line(data_dir: Path) -> str:
+    """The shell line that starts the embedded Redis this process would find."""
+    if data_dir == (Path.cwd() / ".conveyor").resolve():
+        return f"cd {shlex.quote(str(Path.cwd()))} && conveyor redis"
+    return f"{DATA_DIR_ENV}={shlex.quote(str(data_dir))} conveyor redis"
 
 
 # Every connection Conveyor opens: a dead server is noticed within

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypedDict
 
-from conveyor import serializers
+from conveyor import metrics, serializers
 from conveyor.client import resp
 from conveyor.errors import (
     ConnectionLostError,
@@ -26,6 +26,8 @@ from conveyor.errors import (
     UnsupportedServerError,
     ValidationError,
 )
+from conveyor.hooks import Hook, Hooks
+from conveyor.hooks import call as call_hooks
 from conveyor.job import Job, JobState, job_from_hash
 from conveyor.options import (
     DEFAULT_MAX_PAYLOAD,
@@ -81,6 +83,7 @@ class QueueSettings:
     events_maxlen: int = 10_000
     eviction_check: EvictionCheck = "error"
     defaults: JobDefaults = field(default_factory=JobDefaults)
+    hooks: tuple[Hook, ...] = ()  # conveyor.hooks: run by producers and workers
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,9 +190,16 @@ class QueueCore:
         self.keys = QueueKeys(check_name(settings.prefix, "key prefix"), self.name, lane)
         self.scripts: dict[str, Script] = {n: load_script(n) for n in SCRIPT_NAMES}
         self.specs = SpecBuilder(settings.defaults, settings.max_payload)
+        self.hooks = Hooks(settings.hooks)
         self._new_head: bytes | None = None  # see enqueue_one
 
     # --- enqueue -------------------------------------------------------------
+
+    def before_enqueue(self, task: str, data: Any, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The options of an enqueue after the hooks saw (and changed) them."""
+        changed = dict(options)
+        call_hooks(self.hooks.before_enqueue, self.name, task, data, changed)
+        return changed
 
     def spec(self, task: str, data: Any, options: Mapping[str, Any]) -> ops.JobSpec:
         return self.specs.one(task, data, options)
@@ -242,6 +252,11 @@ class QueueCore:
         if type(chunk_size) is not int or chunk_size < 1:
             raise ValidationError(f"chunk_size must be a positive int, got {chunk_size!r}")
         requests = _requests(jobs)
+        if self.hooks.before_enqueue:
+            requests = [
+                JobRequest(r.task, r.data, self.before_enqueue(r.task, r.data, r.options))
+                for r in requests
+            ]
         flat = None
         if not any(r.options for r in requests):
             flat = self.specs.plain_many([r.task for r in requests], [r.data for r in requests])
@@ -404,6 +419,31 @@ class QueueCore:
                 raise ValidationError("only waiting jobs are indexed per group")
             return self.keys.group_ready(check_name(group, "group key"))
         return key
+
+    # --- metrics history and job logs (conveyor.metrics, docs/protocol.md §15) ----
+
+    def history_keys(self, time_reply: Any, minutes: int) -> tuple[int, list[int], list[str]]:
+        """Redis TIME's now in ms, and the hours (and their counts keys)
+        that the last `minutes` minutes cover."""
+        now_ms = int(time_reply[0]) * 1000 + int(time_reply[1]) // 1000
+        hours = metrics.hours_covering(now_ms, minutes)
+        return now_ms, hours, [self.keys.metrics(h) for h in hours]
+
+    def history(
+        self, now_ms: int, minutes: int, hours: list[int], raws: list[Any]
+    ) -> list[metrics.MinuteCounts]:
+        return metrics.minute_counts(now_ms, minutes, dict(zip(hours, raws, strict=True)))
+
+    def timings_keys(self, time_reply: Any, hours: int) -> list[str]:
+        now_ms = int(time_reply[0]) * 1000 + int(time_reply[1]) // 1000
+        return [self.keys.timings(h) for h in metrics.hours_covering(now_ms, hours * 60)]
+
+    def totals(self, raw: Mapping[Any, Any]) -> dict[str, int]:
+        found = {ops.text(k): int(ops.text(v)) for k, v in raw.items()}
+        return {name: found.get(name, 0) for name in metrics.TOTALS}
+
+    def log_key(self, job_id: str) -> str:
+        return self.keys.job_log(check_job_id(job_id))
 
     # --- limits and groups ---------------------------------------------------
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any, Unpack
 
 import redis
 
+from conveyor.client import inspect
 from conveyor.client.cluster import SlotRoute
 from conveyor.client.connection import (
     block_slice,
@@ -34,8 +35,16 @@ from conveyor.client.transport import SyncRunner, sync_client, translated
 from conveyor.client.wire import SyncWire
 from conveyor.errors import ConnectionLostError, ConveyorError, WaitTimeoutError
 from conveyor.job import Job, JobState
+from conveyor.metrics import (
+    WEEK_MINUTES,
+    MinuteCounts,
+    TaskTimings,
+    check_window,
+    task_timings,
+)
+from conveyor.options import check_job_id
 from conveyor.protocol import ops, schedules
-from conveyor.protocol.keys import PROTOCOL_VERSION
+from conveyor.protocol.keys import PROTOCOL_VERSION, queue_registry
 
 log = logging.getLogger("conveyor")
 
@@ -65,11 +74,13 @@ class Queue:
     ) -> None:
         self.core = QueueCore(name, settings or QueueSettings(), failures=failures)
         self._owns_client = client is None
+        # resolved once: with no URL configured, finding the embedded server is a probe
+        resolved = None if client is not None else resolve_url(url)
         # on a cluster, every connection goes to the master of the queue's slot
-        self.route = None if client is not None else slot_route(resolve_url(url), self.core.keys)
-        self.client = client if client is not None else connect(url, route=self.route)
+        self.route = None if resolved is None else slot_route(resolved, self.core.keys)
+        self.client = client if client is not None else connect(resolved, route=self.route)
         # scripts go over the lean wire when we made the connection ourselves
-        endpoint = None if client is not None else wire_endpoint(resolve_url(url), self.route)
+        endpoint = None if resolved is None else wire_endpoint(resolved, self.route)
         self._wire = None if endpoint is None else SyncWire(endpoint)
         self._runner = SyncRunner(self.client, self.core.scripts, self._wire)
         self._checked = False
@@ -119,6 +130,8 @@ class Queue:
             for warning in self.core.check_server(str(version), policy):
                 log.warning("%s", warning)
             self.client.hsetnx(self.core.keys.meta, "version", PROTOCOL_VERSION)
+            if self.route is None and not self.core.failures:  # a cluster has no one slot for it
+                self.client.sadd(queue_registry(self.core.settings.prefix), self.name)
             self.core.check_protocol(self.client.hget(self.core.keys.meta, "version"))
         self._checked = True
 
@@ -126,6 +139,8 @@ class Queue:
 
     def enqueue(self, task: str, data: Any = None, **options: Unpack[EnqueueOptions]) -> Enqueued:
         """Enqueue one job; returns once Redis acknowledged it."""
+        if self.core.hooks.before_enqueue:
+            options = self.core.before_enqueue(task, data, options)  # type: ignore[assignment]
         job_id, call, packed = self.core.enqueue_one(task, data, options)
         if not self._checked:
             self.check()
@@ -369,6 +384,42 @@ class Queue:
             )
         return self.core.workers(ids, infos)
 
+    # --- metrics history and job logs (conveyor.metrics) ---------------------------
+
+    def metrics_history(self, *, minutes: int = 60) -> list[MinuteCounts]:
+        """Jobs completed, failed and retried per minute over the last
+        `minutes` (at most a week), oldest first, minutes without any as zeros."""
+        check_window(minutes, "minutes", WEEK_MINUTES)
+        with translated():
+            now_ms, hours, keys = self.core.history_keys(self.client.time(), minutes)
+            raws = self._hgetall_all(keys)
+        return self.core.history(now_ms, minutes, hours, raws)
+
+    def task_timings(self, *, hours: int = 1) -> list[TaskTimings]:
+        """Run and wait time histograms per task, added up over the hourly
+        buckets that cover the last `hours` hours (at most a week)."""
+        check_window(hours, "hours", WEEK_MINUTES // 60)
+        with translated():
+            raws = self._hgetall_all(self.core.timings_keys(self.client.time(), hours))
+        return task_timings(raws)
+
+    def totals(self) -> dict[str, int]:
+        """Jobs completed, failed, retried and stalled since the queue began."""
+        with translated():
+            return self.core.totals(self.client.hgetall(self.core.keys.totals))
+
+    def job_log(self, job_id: str) -> list[str]:
+        """The lines a job's handler wrote with `current_job().log(...)`."""
+        key = self.core.log_key(job_id)
+        with translated():
+            return [ops.text(line) for line in self.client.lrange(key, 0, -1)]
+
+    def _hgetall_all(self, keys: list[str]) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(key)
+        return list(pipe.execute())
+
     def events(
         self, *, after: str = "$", block: float | None = None, count: int = 100
     ) -> list[Event]:
@@ -389,6 +440,83 @@ class Queue:
             for event in self.events(after=after, block=block):
                 after = event.stream_id
                 yield event
+
+    # --- operating (the dashboard and the operator's CLI) ----------------------
+
+    def known_queues(self) -> list[str]:
+        """Names of the queues clients have used under this queue's key prefix
+        (registered by each client's first check; not on a Redis Cluster)."""
+        with translated():
+            names = self.client.smembers(queue_registry(self.core.settings.prefix))
+        return sorted(ops.text(n) for n in names)
+
+    def overview(self) -> inspect.QueueOverview:
+        """Counts, paused state, limits and groups in two round trips."""
+        keys = self.core.keys
+        pairs = self.core.count_keys()
+        with translated():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hgetall(keys.meta)
+            pipe.zrange(keys.groups, 0, -1)
+            pipe.zrange(keys.gwait, 0, -1)
+            pipe.hgetall(keys.gactive)
+            for _, key in pairs:
+                pipe.zcard(key)
+            meta, groups, held, running, *cards = pipe.execute()
+            names = inspect.group_names(groups, held)
+            pipe = self.client.pipeline(transaction=False)
+            for group in names:
+                pipe.zcard(keys.group_ready(group))
+            for group in names[: inspect.MAX_GROUPS_SHOWN]:
+                pipe.hgetall(keys.group_conf(group))
+            replies = pipe.execute() if names else []
+        counts = {state: int(n) for (state, _), n in zip(pairs, cards, strict=True)}
+        waiting, confs = replies[: len(names)], replies[len(names) :]
+        return inspect.overview(self.name, meta, counts, names, waiting, running, confs)
+
+    def get_many(self, job_ids: Sequence[str]) -> list[Job | None]:
+        """The jobs of `job_ids` in one round trip (None where a record is gone)."""
+        keys = [self.core.job_key(i) for i in job_ids]
+        with translated():
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.hgetall(key)
+            raws = pipe.execute() if keys else []
+        return [self.core.job(i, raw) for i, raw in zip(job_ids, raws, strict=True)]
+
+    def job_events(self, job_id: str, *, scan: int = inspect.EVENTS_SCANNED) -> list[Event]:
+        """A job's events among the last `scan` of the queue's stream, oldest first."""
+        job_id = check_job_id(job_id)
+        with translated():
+            entries = self.client.xrevrange(self.core.keys.events, count=scan)
+        return inspect.job_events(job_id, entries)
+
+    def retry_failed(self, *, batch: int = 500) -> int:
+        """Retry every failed job, `batch` per round trip; returns how many."""
+        return self._drain(self.core.keys.failed, "retry", 1, inspect.check_batch(batch))
+
+    def purge(self, state: JobState | str, *, batch: int = 500) -> int:
+        """Remove every job in `state` (waiting, delayed, completed or failed;
+        waiting covers every group), `batch` per round trip; returns how many."""
+        found, batch = inspect.purge_state(state), inspect.check_batch(batch)
+        keys = [self.core.index_of(found)]
+        if found is JobState.WAITING:
+            keys += [self.core.index_of(found, g) for g in self.groups()]
+        return sum(self._drain(key, "remove", "removed", batch) for key in keys)
+
+    def _drain(self, key: str, what: str, done: Any, batch: int) -> int:
+        """Apply control `what` to the ids of index `key`, page by page, until
+        it holds only ids the control left in place (skipped by offset)."""
+        total = offset = 0
+        while True:
+            with translated():
+                ids = [ops.text(i) for i in self.client.zrange(key, offset, offset + batch - 1)]
+            if not ids:
+                return total
+            replies = self._send([self.core.control_call(what, i) for i in ids])
+            moved = sum(1 for r in replies if (ops.text(r) if isinstance(r, bytes) else r) == done)
+            total += moved
+            offset += len(ids) - moved
 
     def wait_result(self, job_id: str, *, timeout: float) -> Any:
         """Block on Redis until the job finishes; its result, or JobFailedError,

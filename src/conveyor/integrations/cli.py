@@ -42,11 +42,19 @@ def load_tasks(target: str) -> Tasks:
 
 
 def redis_url(url: str | None, stack: ExitStack) -> str:
-    """The given URL, else the embedded server (started or reused)."""
+    """The given URL, else the embedded server: reused, or started and left
+    running (`conveyor redis` owns its lifetime, not a worker)."""
     if url:
         return url
-    embedded = stack.enter_context(EmbeddedRedis())
-    click.echo(f"using the embedded Redis at {embedded.url}", err=True)
+    embedded = stack.enter_context(EmbeddedRedis(keep_running=True))
+    if embedded.owned:
+        click.echo(
+            f"started the embedded Redis at {embedded.url}; it keeps running for other "
+            "workers and producers (`conveyor redis --stop` stops it)",
+            err=True,
+        )
+    else:
+        click.echo(f"using the embedded Redis at {embedded.url}", err=True)
     return embedded.url
 
 
@@ -173,13 +181,26 @@ def report(ctx: click.Context) -> None:
 
 
 @main.command()
-def redis() -> None:
-    """Run the embedded Redis in the foreground until Ctrl-C."""
-    stop = {signal.SIGINT, signal.SIGTERM}
-    signal.pthread_sigmask(signal.SIG_BLOCK, stop)
-    with EmbeddedRedis() as embedded:
-        click.echo(f"embedded Redis at {embedded.url} (Ctrl-C stops it)")
-        signal.sigwait(stop)
+@click.option("--stop", is_flag=True, help="Stop the embedded Redis running here, and exit.")
+def redis(stop: bool) -> None:
+    """Run the embedded Redis (in ./.conveyor or $CONVEYOR_DATA_DIR) in the
+    foreground until Ctrl-C, which stops it: a server already running there
+    (started by a worker) is adopted and stopped too."""
+    embedded = EmbeddedRedis()
+    if stop:
+        stopped = embedded.shutdown()
+        click.echo(f"stopped the embedded Redis at {embedded.url}" if stopped else "none ran")
+        return
+    signals = {signal.SIGINT, signal.SIGTERM}
+    # blocked, then waited for: no handler runs in the middle of starting the
+    # server (the server itself starts with an empty mask: redis_server.py)
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    with embedded:
+        adopted = "" if embedded.owned else " (already running: adopted)"
+        click.echo(f"embedded Redis at {embedded.url}{adopted}; Ctrl-C stops it")
+        signal.sigwait(signals)
+        embedded.shutdown()
+        click.echo("stopped")
 
 
 def run() -> None:

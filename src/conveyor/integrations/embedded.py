@@ -1,6 +1,8 @@
 """The newcomer default (DESIGN.md §6): a :class:`RedisProcess` on a unix socket in a local data
-directory with AOF persistence, shared by every process that points at the same directory and
-stopped by the process that started it.
+directory with AOF persistence, shared by every process that points at the same directory.
+`conveyor redis` owns its lifetime (it stops the server on Ctrl-C, whoever started it); a worker
+or another command that had to start it leaves it running (``keep_running``), so stopping one
+worker never takes Redis away from another.
 
 Nothing here reads the environment or touches the filesystem at import time.
 """
@@ -9,46 +11,27 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from conveyor.client.local import (
+    DATA_DIR_ENV,
+    answers,
+    default_data_dir,
+    socket_path_for,
+    unix_url,
+)
 from conveyor.integrations.redis_server import (
     RedisProcess,
     RedisStartError,
-    answers,
     find_redis_server,
-    unix_url,
+    shut_down,
 )
 
 __all__ = ["DATA_DIR_ENV", "EmbeddedRedis", "default_data_dir"]
-
-DATA_DIR_ENV = "CONVEYOR_DATA_DIR"
-# sun_path is 108 bytes on Linux and 104 on macOS, the trailing NUL included.
-_MAX_SOCKET_PATH_BYTES = 103 if sys.platform == "darwin" else 107
-# Not tempfile.gettempdir(): on macOS that is a long /var/folders/... path, the very problem
-# the fallback exists to avoid.
-_SHORT_SOCKET_DIR = Path("/tmp")
-
-
-def default_data_dir() -> Path:
-    """``$CONVEYOR_DATA_DIR`` if set, else ``./.conveyor`` under the current directory."""
-    configured = os.environ.get(DATA_DIR_ENV)
-    return Path(configured) if configured else Path.cwd() / ".conveyor"
-
-
-def _socket_path_for(data_dir: Path) -> Path:
-    preferred = data_dir / "redis.sock"
-    if len(os.fsencode(preferred)) <= _MAX_SOCKET_PATH_BYTES:
-        return preferred
-    # Too long for sun_path: use a short, stable path derived from the data dir, so every
-    # process that uses this data dir still finds the same server. The uid keeps users apart.
-    digest = hashlib.sha256(os.fsencode(data_dir)).hexdigest()[:16]
-    return _SHORT_SOCKET_DIR / f"conveyor-{os.getuid()}-{digest}.sock"
 
 
 @contextlib.contextmanager
@@ -85,8 +68,9 @@ class EmbeddedRedis:
 
     AOF is on (``appendfsync everysec``) and ``maxmemory-policy`` is ``noeviction``, so queued
     jobs survive restarts and are never silently evicted. If a server already answers on the
-    data directory's socket (another process started it), it is reused and left running on exit:
-    only the process that started the server stops it.
+    data directory's socket (another process started it), it is reused and left running on exit.
+    A server this instance started is stopped on exit, unless ``keep_running``: then it is left
+    running for every other process of the data directory (``shutdown()`` stops it later).
     """
 
     def __init__(
@@ -95,12 +79,14 @@ class EmbeddedRedis:
         data_dir: str | os.PathLike[str] | None = None,
         binary: str | os.PathLike[str] | None = None,
         startup_timeout: float = 10.0,
+        keep_running: bool = False,
     ) -> None:
         chosen = Path(data_dir) if data_dir is not None else default_data_dir()
         self._data_dir = chosen.resolve()
-        self._socket_path = _socket_path_for(self._data_dir)
+        self._socket_path = socket_path_for(self._data_dir)
         self._binary = binary
         self._startup_timeout = startup_timeout
+        self._keep_running = keep_running
         self._process: RedisProcess | None = None
         self._active = False
 
@@ -140,11 +126,30 @@ class EmbeddedRedis:
         return self
 
     def stop(self) -> None:
-        """Stop the server if this instance started it; a reused server keeps running."""
+        """Stop the server if this instance started it (and was not asked to
+        keep it running); a reused server keeps running."""
         if self._process is not None:
-            self._process.stop()
+            if self._keep_running:
+                self._process.detach()
+            else:
+                self._process.stop()
         self._process = None
         self._active = False
+
+    def shutdown(self, timeout: float = 10.0) -> bool:
+        """Stop the server running on our socket, whoever started it (Redis
+        flushes its AOF and removes its socket); False if none ran."""
+        if self._process is not None:
+            self._process.stop(timeout)
+            self._process = None
+            self._active = False
+            return True
+        _check_socket_owner(self._socket_path)
+        if not answers(str(self._socket_path)):
+            return False
+        shut_down(str(self._socket_path), timeout)
+        self._active = False
+        return True
 
     def _new_process(self) -> RedisProcess:
         # Resolved only now: reusing a running server must not require a local binary.

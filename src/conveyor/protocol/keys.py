@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 
 # Names end up inside key names: no separators, braces, globs or whitespace.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
@@ -17,6 +17,12 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 # ':' '{' '}' '*' are allowed: they follow the queue's tag and a fixed
 # `job:` prefix, so they can neither move the slot nor collide with other keys.
 ID_PATTERN = re.compile(r"[\x21-\x7e]{1,256}")
+
+
+def queue_registry(prefix: str) -> str:
+    """Set: the names of the queues clients have used under `prefix` (read by
+    the dashboard and `conveyor queues`; outside any queue's hash tag)."""
+    return f"{prefix}:queues"
 
 
 # A queue's failure lane: the jobs of its failure handlers, in the same slot.
@@ -131,6 +137,55 @@ class QueueKeys:
 
     def worker(self, worker_id: str) -> str:
         return self.base + "worker:" + worker_id
+
+    def metrics(self, hour: int) -> str:
+        """Hash: minute of the hour -> "completed failed retried" (§15)."""
+        return self.base + "metrics:" + str(hour)
+
+    def timings(self, hour: int) -> str:
+        """Hash: run and wait time buckets per task, of one hour (§15)."""
+        return self.base + "timings:" + str(hour)
+
+    @property
+    def totals(self) -> str:
+        """Hash: completed, failed, retried, stalled since the queue began (§15)."""
+        return self.base + "totals"
+
+    def job_log(self, job_id: str) -> str:
+        """List: the lines a job's handler logged (§15)."""
+        return self.base + "log:" + job_id
+
+    # --- flows (docs/protocol.md §14) ---
+
+    @property
+    def waiting_children(self) -> str:
+        """Zset: ids of parents waiting for their children, by created_at."""
+        return self.base + "wchildren"
+
+    @property
+    def outbox(self) -> str:
+        """Stream: hand-offs from this queue's children to parents in other queues."""
+        return self.base + "outbox"
+
+    def children(self, job_id: str) -> str:
+        """Zset: every child reference of a parent, scored in the order added."""
+        return self.base + "children:" + job_id
+
+    def pending(self, job_id: str) -> str:
+        """Set: the child references of a parent that have not settled."""
+        return self.base + "pending:" + job_id
+
+    def processed(self, job_id: str) -> str:
+        """Hash: child reference -> result JSON, for each child that completed."""
+        return self.base + "processed:" + job_id
+
+    def ignored(self, job_id: str) -> str:
+        """Hash: child reference -> error, for children that failed under `ignore`."""
+        return self.base + "ignored:" + job_id
+
+    def children_failed(self, job_id: str) -> str:
+        """Hash: child reference -> error, for children that failed under `fail` / `continue`."""
+        return self.base + "cfailed:" + job_id
 
     def wake(self, worker_id: str) -> str:
         """A worker's own wake-up zset, blocked on beside the marker, so it

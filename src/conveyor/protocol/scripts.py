@@ -31,6 +31,10 @@ SCRIPT_NAMES = (
     "reprioritize",
     "retry",
     "remove",
+    "record_metrics",
+    "job_log",
+    "flow_add",
+    "flow_settle",
 )
 
 _INCLUDE = "-- @include "

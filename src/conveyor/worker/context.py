@@ -11,7 +11,8 @@ def resize(data):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,7 @@ class JobContext:
     # process handlers terminated as well; a sync handler on a thread cannot
     # be stopped from outside, so a long one should check this flag and return.
     cancelled: bool = False
+    waited: float | None = None  # s from enqueue to start, first attempts; set for hooks
 
     def progress(self, done: float, total: float | None = None) -> None:
         """Report progress as a fraction, or as `done` out of `total`."""
@@ -67,3 +69,14 @@ def current_job() -> JobContext:
 
 def set_current(job: JobContext | None) -> None:
     _current.set(job)
+
+
+@contextmanager
+def running(job: JobContext) -> Iterator[JobContext]:
+    """Make `job` the current job inside the block, as a worker does around a
+    handler: how tests call a handler directly (current_job() works there)."""
+    reset = _current.set(job)
+    try:
+        yield job
+    finally:
+        _current.reset(reset)

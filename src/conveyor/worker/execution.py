@@ -42,6 +42,7 @@ class Running:
     ended: bool = False
     # a sync handler's run in its thread: the run is over only when it is done
     thread: concurrent.futures.Future[Any] | None = None
+    failure: Failure | None = None  # kept for the hooks told when the failure is written
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,7 @@ class Failure:
     error: str
     permanent: bool
     retry_delay_ms: int | None
+    exc: BaseException | None = None  # what the handler raised, for hooks
 
 
 Outcome = Success | Failure | None  # None: lease lost, nothing to write
@@ -78,7 +80,7 @@ def _retry_delay(exc: BaseException) -> int | None:
 
 def failure_of(exc: BaseException) -> Failure:
     permanent = isinstance(exc, PermanentError | NotSerializableError)
-    return Failure(describe(exc), permanent, _retry_delay(exc))
+    return Failure(describe(exc), permanent, _retry_delay(exc), exc)
 
 
 NOTHING = Success("null")  # the outcome of the many handlers that return nothing
@@ -116,7 +118,7 @@ async def execute(
                     result = await result
             finally:
                 deadline.disarm()
-            if deadline.overran(loop.time()):
+            if running.thread is None and deadline.overran(loop.time()):
                 return _blocked_past(running, loop.time() - started)
         if result is None:
             return NOTHING
@@ -126,7 +128,7 @@ async def execute(
             return None
         if running.scope is not None and running.scope.expired():
             err = JobTimeoutError(f"timed out after {running.timeout} s")
-            return Failure(describe(err), False, None)
+            return Failure(describe(err), False, None, err)
         return failure_of(exc)
     except Exception as exc:
         return None if running.ctx.lost else failure_of(exc)
@@ -143,7 +145,7 @@ def _blocked_past(running: Running, took: float) -> Failure:
     err = JobTimeoutError(
         f"ran {took:.1f} s, past its timeout of {running.timeout} s, while blocking the event loop"
     )
-    return Failure(describe(err), False, None)
+    return Failure(describe(err), False, None, err)
 
 
 class Deadline:

@@ -41,6 +41,8 @@ class Heartbeat(threading.Thread):
         leases: Leases,
         on_lost: Callable[[list[str]], None],
         reap_batch: int = 100,
+        on_reaped: Callable[[int, int], None] | None = None,
+        after_beat: Callable[[SyncRunner], None] | None = None,
     ) -> None:
         super().__init__(name=f"conveyor-heartbeat-{worker_id}", daemon=True)
         self.runner = runner
@@ -52,6 +54,8 @@ class Heartbeat(threading.Thread):
         self.leases = leases
         self.on_lost = on_lost
         self.reap_batch = reap_batch
+        self.on_reaped = on_reaped  # (recovered, failed) by this worker's reaper
+        self.after_beat = after_beat  # e.g. the metrics flush, on the beat's connection
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -63,6 +67,8 @@ class Heartbeat(threading.Thread):
             try:
                 self.beat()
                 self.reap()
+                if self.after_beat is not None:
+                    self.after_beat(self.runner)
                 if failures:
                     log.warning("heartbeat back after %d failed attempt(s)", failures)
                 failures = 0
@@ -113,6 +119,8 @@ class Heartbeat(threading.Thread):
                     reply.recovered,
                     reply.failed,
                 )
+                if self.on_reaped is not None:
+                    self.on_reaped(reply.recovered, reply.failed)
             if not reply.more or time.monotonic() >= until or self._stop.is_set():
                 return
 

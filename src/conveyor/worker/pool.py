@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import types
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -24,10 +25,12 @@ from conveyor import serializers
 from conveyor.client.aio import AsyncQueue
 from conveyor.client.tasks import Task
 from conveyor.errors import ConnectionLostError
+from conveyor.hooks import Hooks
+from conveyor.hooks import call as call_hooks
 from conveyor.protocol import ops
 from conveyor.worker.acks import AckBuffer
 from conveyor.worker.context import JobContext
-from conveyor.worker.execution import Running, execute
+from conveyor.worker.execution import Failure, Outcome, Running, Success, execute
 from conveyor.worker.watchdog import LoopWatchdog
 
 log = logging.getLogger("conveyor.worker")
@@ -92,6 +95,7 @@ class JobPool:
         concurrency: int,
         lease: float,
         freed: asyncio.Event,
+        hooks: Hooks | None = None,
     ) -> None:
         self.held: dict[str, Running] = {}
         self.in_flight = 0  # accepted and not finished yet
@@ -104,6 +108,7 @@ class JobPool:
         self._concurrency = concurrency
         self._lease = lease
         self._freed = freed  # set whenever a job finishes
+        self._hooks = hooks or Hooks()
         self._all_done = asyncio.Event()
         self._all_done.set()
         self._inbox = Inbox()
@@ -139,7 +144,7 @@ class JobPool:
 
     # --- running ---------------------------------------------------------------------
 
-    def accept(self, claimed: ops.ClaimedJob, token: str) -> None:
+    def accept(self, claimed: ops.ClaimedJob, token: str, now_ms: int) -> None:
         """Hold a claimed job and queue it for a runner."""
         handler = self._handlers.get(claimed.task or "")
         problem, data = None, None
@@ -161,6 +166,8 @@ class JobPool:
             worker_id=self._worker_id,
             report_progress=self._progress,
         )
+        if self._hooks and claimed.attempts == 1 and claimed.created_at_ms is not None:
+            ctx.waited = max(0, now_ms - claimed.created_at_ms) / 1000
         running = Running(ctx, timeout_ms / 1000 if timeout_ms > 0 else None, handler, problem)
         self.held[claimed.id] = running
         self.in_flight += 1
@@ -174,9 +181,10 @@ class JobPool:
             running = await inbox.get()
             try:
                 if not running.ctx.lost:  # its lease may have gone while it waited
-                    outcome = await execute(
-                        running, self._executor, inbox.hand_on, self._watchdog.stalls
-                    )
+                    if self._hooks.on_run:
+                        outcome = await self._execute_hooked(running)
+                    else:
+                        outcome = await self._execute(running)
                     if running.pending:  # progress writes first, or the ended run refuses them
                         inbox.hand_on()
                         await asyncio.gather(*running.pending, return_exceptions=True)
@@ -191,15 +199,48 @@ class JobPool:
                 if not self.in_flight:
                     self._all_done.set()
 
+    def _execute(self, running: Running) -> Coroutine[Any, Any, Outcome]:
+        return execute(running, self._executor, self._inbox.hand_on, self._watchdog.stalls)
+
+    async def _execute_hooked(self, running: Running) -> Outcome:
+        """execute() between the hooks of a run."""
+        hooks, ctx = self._hooks, running.ctx
+        call_hooks(hooks.before_run, ctx)
+        started = time.perf_counter()
+        outcome = await self._execute(running)
+        duration = time.perf_counter() - started
+        if isinstance(outcome, Success):
+            call_hooks(hooks.after_success, ctx, duration=duration)
+        elif isinstance(outcome, Failure):
+            running.failure = outcome
+            call_hooks(
+                hooks.after_failure, ctx, outcome.exc, error=outcome.error, duration=duration
+            )
+        return outcome
+
     def _written(self, job_id: str, what: str) -> None:
         """An outcome reached Redis (or was given up): stop holding the lease."""
-        self.held.pop(job_id, None)
+        running = self.held.pop(job_id, None)
+        if running is not None and self._hooks.on_outcome:
+            self._tell_outcome(running, what)
         if what == "lost":
             log.warning("job %s: lease lost before its outcome was written; discarded", job_id)
         elif what == "failed":
             self.failed += 1
         elif what == "completed":
             self.processed += 1
+
+    def _tell_outcome(self, running: Running, what: str) -> None:
+        hooks, ctx = self._hooks, running.ctx
+        error = running.failure.error if running.failure is not None else ""
+        if what == "completed":
+            call_hooks(hooks.on_completed, ctx)
+        elif what in ("retried", "delayed"):
+            call_hooks(hooks.on_retry, ctx, error=error)
+        elif what == "failed":
+            call_hooks(hooks.on_final_failure, ctx, error=error)
+        elif what == "lost":
+            call_hooks(hooks.on_lease_lost, ctx)
 
     def lose(self, ids: list[str]) -> None:
         """The heartbeat found these leases gone: stop their handlers."""
@@ -211,6 +252,7 @@ class JobPool:
             running.ctx.lost = running.ctx.cancelled = True
             if running.scope is not None:
                 running.scope.reschedule(self._loop.time())
+            call_hooks(self._hooks.on_lease_lost, running.ctx)
 
     def _progress(self, ctx: JobContext, fraction: float) -> None:
         """Write progress from a handler: async handlers go on at once, sync

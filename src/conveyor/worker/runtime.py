@@ -15,6 +15,7 @@ import random
 import signal
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +29,12 @@ from conveyor.client.tasks import Task, Tasks
 from conveyor.client.transport import SyncRunner
 from conveyor.client.wire import SyncWire
 from conveyor.errors import ConfigurationError, ConnectionLostError, ConveyorError
+from conveyor.hooks import Hook, Hooks
+from conveyor.hooks import call as call_hooks
 from conveyor.protocol import ops
 from conveyor.timeutil import to_ms
 from conveyor.worker.heartbeat import Heartbeat
+from conveyor.worker.metrics import MetricsRecorder
 from conveyor.worker.pool import JobPool, log_failure
 from conveyor.worker.waiting import Blocker, advance
 
@@ -47,6 +51,7 @@ class WorkerSettings:
     heartbeat_interval: float | None = None  # default: lease / 3
     grace: float = 30.0  # SIGTERM: how long running jobs may finish
     burst: bool = False  # drain the queue, then exit
+    metrics: bool = True  # keep the queue's metrics history (conveyor.metrics)
     idle_wait: float = 5.0  # longest single block on Redis when idle; burst's horizon
     promote_batch: int = 1000
 
@@ -65,10 +70,16 @@ class Worker:
     """Runs the handlers of `tasks` for jobs of its queue."""
 
     def __init__(
-        self, tasks: Tasks, *, url: str | None = None, settings: WorkerSettings | None = None
+        self,
+        tasks: Tasks,
+        *,
+        url: str | None = None,
+        settings: WorkerSettings | None = None,
+        hooks: Sequence[Hook] = (),
     ) -> None:
         self.tasks = tasks
         self.settings = settings or WorkerSettings()
+        self._extra_hooks = Hooks(hooks).hooks  # besides those of tasks.settings
         self.url = resolve_url(url or tasks.url)
         self.id = f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
         self._started = time.time()
@@ -131,6 +142,10 @@ class Worker:
         )
         self._queue = queue
         self._runner = queue.runner
+        recorder = MetricsRecorder(queue.core) if self.settings.metrics else None
+        own = () if recorder is None else (recorder,)
+        hooks = Hooks((*self.tasks.settings.hooks, *self._extra_hooks, *own))
+        self._hooks = hooks
         jobs = JobPool(
             queue,
             worker_id=self.id,
@@ -138,21 +153,26 @@ class Worker:
             concurrency=self.settings.concurrency,
             lease=self.settings.lease,
             freed=self._slot_freed,
+            hooks=hooks,
         )
         self._jobs = jobs
         beat_wire = None if endpoint is None else SyncWire(endpoint)
-        heartbeat = self._heartbeat(SyncRunner(sync_client, queue.core.scripts, beat_wire), jobs)
+        beat_runner = SyncRunner(sync_client, queue.core.scripts, beat_wire)
+        heartbeat = self._heartbeat(beat_runner, jobs, recorder)
         loop = asyncio.get_running_loop()
         self._install_signals(loop)
         try:
             await self._connect(queue)
+            call_hooks(hooks.worker_start, self.id, queue.name)
             heartbeat.start()
             await self._serve(jobs)
         finally:
             heartbeat.stop()
             await jobs.close()
             self._remove_signals(loop)
-            with contextlib.suppress(redis.RedisError, OSError):
+            with contextlib.suppress(ConveyorError, redis.RedisError, OSError):
+                if recorder is not None:  # the counts since the last beat
+                    await asyncio.to_thread(recorder.flush, beat_runner)
                 await asyncio.to_thread(heartbeat.leave)
                 await queue.client.delete(queue.core.keys.wake(self.id))
             await self._blocker.close()
@@ -160,6 +180,7 @@ class Worker:
             sync_client.close()
             if beat_wire is not None:
                 beat_wire.close()
+            call_hooks(hooks.worker_stop, self.id, queue.name)
 
     # --- set-up ------------------------------------------------------------------
 
@@ -190,8 +211,11 @@ class Worker:
             return self.tasks.failure_handlers
         return self.tasks.handlers
 
-    def _heartbeat(self, runner: SyncRunner, jobs: JobPool) -> Heartbeat:
+    def _heartbeat(
+        self, runner: SyncRunner, jobs: JobPool, recorder: MetricsRecorder | None
+    ) -> Heartbeat:
         loop = asyncio.get_running_loop()
+        stalled = self._hooks.on_stalled
         return Heartbeat(
             runner=runner,
             core=self._queue.core,
@@ -201,6 +225,10 @@ class Worker:
             info=self._info,
             leases=jobs.leases,
             on_lost=lambda ids: _call_soon(loop, jobs.lose, ids),
+            on_reaped=(
+                (lambda r, f: call_hooks(stalled, recovered=r, failed=f)) if stalled else None
+            ),
+            after_beat=None if recorder is None else recorder.flush,
         )
 
     def _info(self) -> str:
@@ -327,7 +355,7 @@ class Worker:
         for claimed in reply.jobs:
             if claimed.stalls:
                 self._suspect = claimed.id  # claim.lua gave it to us alone
-            self._jobs.accept(claimed, token)
+            self._jobs.accept(claimed, token, reply.now_ms)
             if claimed.schedule:
                 self._background(advance(self._queue, claimed, reply.now_ms))
         return reply

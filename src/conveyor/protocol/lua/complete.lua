@@ -18,7 +18,8 @@
 -- Effects: state completed, result, finished_at; the job leaves `active`;
 -- kept result_ttl ms in `completed` (deleted at once when 0); waiters told;
 -- a blocked twin becomes runnable; a `completed` event; up to 2 expired
--- completed records swept per job.
+-- completed records swept per job; a flow child's hand-off to its parent
+-- (applied here when the parent is in this queue, else written to `outbox`).
 -- Complexity: O(batch * log N).
 
 -- @include common
@@ -26,6 +27,7 @@
 -- @include upsert
 -- @include place
 -- @include finish
+-- @include flow
 
 local active, completed, ready, scheduled = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local marker, events, blocked_index = KEYS[6], KEYS[7], KEYS[8]
@@ -36,7 +38,8 @@ local out = {}
 for i = 2, #ARGV, 3 do
   local id, token, result = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local job_key = base .. 'job:' .. id
-  local f = redis.call('HMGET', job_key, 'state', 'token', 'result_ttl', 'group', 'waiters')
+  local f = redis.call('HMGET', job_key, 'state', 'token', 'result_ttl', 'group', 'waiters',
+                       'parent', 'on_fail', 'children')
   if f[1] ~= 'active' or f[2] ~= token then
     out[#out + 1] = 0
   else
@@ -45,6 +48,9 @@ for i = 2, #ARGV, 3 do
     redis.call('HSET', job_key, 'state', 'completed', 'result', result, 'finished_at', now)
     emit(events, maxlen, 'event', 'completed', 'id', id)
     notify_waiters(job_key, id, 'completed', result, f[5])
+    if f[6] or f[8] then  -- a flow's node: settle towards its parent (§14.4)
+      flow_finished(id, 'completed', result, f[6], f[7], f[8], field(f[3], 'result_ttl'), now, maxlen)
+    end
     if not release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index) then
       retain(job_key, id, completed, field(f[3], 'result_ttl'), now)
     end

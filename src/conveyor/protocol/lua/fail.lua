@@ -28,7 +28,8 @@
 -- error and delay_ms, the delay actually applied) or state failed, kept
 -- result_ttl ms in `failed`, waiters told, a blocked twin released (a
 -- `failed` event; a job in the failure lane when the task has a failure
--- handler — see finish.lua). Up to 2 expired failed records swept per job.
+-- handler — see finish.lua; a flow child's hand-off to its parent — see
+-- flow.lua). Up to 2 expired failed records swept per job.
 -- Complexity: O(batch * log N).
 
 -- @include common
@@ -36,6 +37,7 @@
 -- @include upsert
 -- @include place
 -- @include finish
+-- @include flow
 
 local active, failed, ready, scheduled = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local marker, events, blocked_index = KEYS[6], KEYS[7], KEYS[8]
@@ -53,6 +55,10 @@ local function fail_for_good(job_key, id, err, ttl)
   emit(events, maxlen, 'event', 'failed', 'id', id, 'error', err)
   hand_to_failure_lane(job_key, id, err, now, maxlen)
   notify_waiters(job_key, id, 'failed', err)
+  local flow = redis.call('HMGET', job_key, 'parent', 'on_fail', 'children')
+  if flow[1] or flow[3] then  -- a flow's node: settle towards its parent (§14.4)
+    flow_finished(id, 'failed', err, flow[1], flow[2], flow[3], field(ttl, 'result_ttl'), now, maxlen)
+  end
   if not release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index) then
     retain(job_key, id, failed, field(ttl, 'result_ttl'), now)
   end

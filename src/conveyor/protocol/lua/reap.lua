@@ -24,8 +24,10 @@
 -- now on); back to ready at its old place,
 -- a blocked twin merged (scheduled instead if the merge set a later run_at;
 -- a `stalled` event), or state failed with error "stalled" once stalls
--- reaches max_stalls (a `failed` event, waiters told, a blocked twin released,
--- a failure-lane job when the task has a failure handler;
+-- reaches max_stalls (a `failed` event, waiters told, a blocked twin released
+-- keeping the ended run's attempts and stalls, so it runs alone as a suspect,
+-- a failure-lane job when the task has a failure handler, a flow child's
+-- hand-off to its parent (flow.lua);
 -- up to 2 expired failed records swept per job failed); then
 -- expired (or, with meta keep_*, surplus) completed and failed records swept,
 -- up to 10 x `batch` each.
@@ -36,6 +38,7 @@
 -- @include upsert
 -- @include place
 -- @include finish
+-- @include flow
 
 local active, failed, ready, scheduled = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local marker, events, blocked_index = KEYS[6], KEYS[7], KEYS[8]
@@ -62,7 +65,13 @@ for _, id in ipairs(expired) do
       emit(events, maxlen, 'event', 'failed', 'id', id, 'error', err)
       hand_to_failure_lane(job_key, id, err, now, maxlen)
       notify_waiters(job_key, id, 'failed', err)
-      if not release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index) then
+      local flow = redis.call('HMGET', job_key, 'parent', 'on_fail', 'children')
+      if flow[1] or flow[3] then  -- a flow's node: settle towards its parent (§14.4)
+        flow_finished(id, 'failed', err, flow[1], flow[2], flow[3], field(f[3], 'result_ttl'),
+                      now, maxlen)
+      end
+      if not release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index,
+                             {'attempts', 'stalls'}) then
         retain(job_key, id, failed, field(f[3], 'result_ttl'), now)
       end
       failed_count = failed_count + 1

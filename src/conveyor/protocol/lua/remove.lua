@@ -14,7 +14,8 @@
 -- Returns: 'removed' | 'missing' | 'active' (a running job is not removed:
 -- cancel its blocked twin with cancel, or let it end).
 -- Effects: the record deleted with its index entries (ready or group,
--- scheduled, completed, failed, property indexes) and its blocked twin; a
+-- scheduled, completed, failed, wchildren, property indexes, a flow
+-- parent's dependency keys) and its blocked twin; a
 -- `removed` event.
 -- Complexity: O(log N).
 
@@ -39,6 +40,7 @@ unready(ready, id, f[2])
 redis.call('ZREM', scheduled, id)
 redis.call('ZREM', completed, id)
 redis.call('ZREM', failed, id)
+redis.call('ZREM', base .. 'wchildren', id)  -- a flow parent (§14)
 if redis.call('DEL', base .. 'blocked:' .. id) == 1 then
   redis.call('ZREM', blocked_index, id)
 end

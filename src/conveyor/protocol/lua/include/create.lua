@@ -27,11 +27,12 @@ end
 
 -- The fields of a new record (`j`: task, data, run_at, lifo, and the
 -- options priority, max_failures, max_stalls, min_backoff, max_backoff,
--- timeout, result_ttl, group, schedule when set). Options equal to their
+-- timeout, result_ttl, group, schedule, a flow's parent and on_fail when
+-- set). Options equal to their
 -- record default are not stored, nor run_at when it is now (= created_at),
 -- nor the zero counters; data goes in pieces (`put_data`). Returns the HSET
 -- arguments and the new seq.
-local TEXT_FIELDS = {'group', 'req', 'idx', 'schedule'}
+local TEXT_FIELDS = {'group', 'req', 'idx', 'schedule', 'parent', 'on_fail'}
 local function job_fields(j, state, now, meta)
   local seq = next_seq(meta, j.lifo)
   local fields = {'state', state, 'task', j.task, 'seq', seq, 'created_at', now}

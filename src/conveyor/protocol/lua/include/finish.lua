@@ -20,8 +20,7 @@ end
 -- Lookup by property: a job enqueued with index entries ("field:value"
 -- lines, kept in its `idx` field) is listed in `idx:<field>:<value>` (zset
 -- by created_at). Deleting a record must take it out of those first.
-local function unindex(job_key, id)
-  local entries = redis.call('HGET', job_key, 'idx')
+local function unindex(id, entries)
   if entries then
     for line in string.gmatch(entries, '[^\n]+') do
       redis.call('ZREM', base .. 'idx:' .. line, id)
@@ -29,9 +28,16 @@ local function unindex(job_key, id)
   end
 end
 
+-- A job's own log (job_log.lua) lives and dies with its record; a flow parent
+-- (field `children`) takes its dependency keys with it (§14.8).
 local function delete_job(job_key, id)
-  unindex(job_key, id)
-  redis.call('DEL', job_key)
+  local f = redis.call('HMGET', job_key, 'idx', 'children')
+  unindex(id, f[1])
+  if f[2] then
+    redis.call('DEL', base .. 'children:' .. id, base .. 'pending:' .. id,
+               base .. 'processed:' .. id, base .. 'ignored:' .. id, base .. 'cfailed:' .. id)
+  end
+  redis.call('DEL', job_key, base .. 'log:' .. id)
 end
 
 -- The record outlives its index entry by this much, so that a sweep (not
@@ -47,6 +53,7 @@ local function retain(job_key, id, index, ttl, now)
   else
     redis.call('ZADD', index, now + ttl, id)
     redis.call('PEXPIRE', job_key, ttl + EXPIRY_GRACE)
+    redis.call('PEXPIRE', base .. 'log:' .. id, ttl + EXPIRY_GRACE)
   end
 end
 
@@ -127,14 +134,30 @@ end
 -- A singleton re-enqueued while it ran waits in blocked:<id>. When the run
 -- ends for good, the blocked record becomes the job and is placed; returns
 -- whether there was one (then the finished record is gone, not retained).
-local function release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index)
+-- `carry` (optional) lists fields of the ended run the new record keeps: a
+-- run that ended in a final stall passes its attempts and stalls, so the
+-- twin runs as a visible re-run and as a suspect (alone, claim §6.2).
+local function release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index, carry)
   local blocked_key = base .. 'blocked:' .. id
   if not twins_exist(blocked_index) or redis.call('EXISTS', blocked_key) == 0 then
     return false
   end
+  local kept = {}
+  if carry then
+    local values = redis.call('HMGET', job_key, unpack(carry))
+    for i, name in ipairs(carry) do
+      if values[i] then
+        kept[#kept + 1] = name
+        kept[#kept + 1] = values[i]
+      end
+    end
+  end
   redis.call('ZREM', blocked_index, id)
   redis.call('RENAME', blocked_key, job_key)
   redis.call('HDEL', job_key, unpack(UPSERT_FLAGS))
+  if #kept > 0 then
+    redis.call('HSET', job_key, unpack(kept))
+  end
   local times = redis.call('HMGET', job_key, 'run_at', 'created_at')
   place(job_key, id, tonumber(times[1] or times[2] or '0'), now, ready, scheduled, marker)
   return true

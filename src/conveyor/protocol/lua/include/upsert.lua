@@ -33,8 +33,11 @@ local function upsert(key, new)
       redis.call('HSET', key, pair[2], field(new[pair[2]], pair[2]))
     end
   end
+  -- A reset gives back the failure budget only. `attempts` and `stalls` are
+  -- the history of runs that happened: a re-run must stay visible as one,
+  -- and a job that killed its worker stays a suspect (claim runs it alone).
   if new.u_reset == '1' then
-    redis.call('HSET', key, 'attempts', 0, 'failures', 0, 'stalls', 0)
+    redis.call('HSET', key, 'failures', 0)
   end
   local times = redis.call('HMGET', key, 'run_at', 'created_at')
   local current = tonumber(times[1] or times[2] or '0')

@@ -1,0 +1,111 @@
+"""The dashboard's ASGI app: settings, the queues it reads, routes."""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from conveyor.client.aio import AsyncQueue
+from conveyor.client.core import QueueSettings
+from conveyor.integrations.web import actions, pages
+from conveyor.integrations.web.access import Access, AuthHook
+from conveyor.integrations.web.formatting import FILTERS
+from conveyor.options import check_name
+
+HERE = Path(__file__).parent
+
+
+@dataclass(frozen=True, kw_only=True)
+class DashboardSettings:
+    """What the dashboard shows and who may use it.
+
+    `queues`: the queues to show; empty shows every queue in the server's
+    registry (`<prefix>:queues`). `read_only` hides and refuses every action.
+    `auth` is called with each request (True lets it through); `token`
+    and `basic` ("user:password") are the simple alternatives."""
+
+    url: str | None = None
+    queues: tuple[str, ...] = ()
+    prefix: str = "conveyor"
+    read_only: bool = False
+    auth: AuthHook | None = None
+    token: str | None = None
+    basic: str | None = None
+    page_size: int = 50
+
+
+class Queues:
+    """The AsyncQueues the pages read, made on first use, one set per event loop
+    (a redis.asyncio connection belongs to the loop that opened it)."""
+
+    def __init__(self, settings: DashboardSettings) -> None:
+        self.settings = settings
+        self.queue_settings = QueueSettings(prefix=settings.prefix, eviction_check="ignore")
+        self._by_loop: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[str, AsyncQueue]
+        ] = weakref.WeakKeyDictionary()
+
+    def get(self, name: str) -> AsyncQueue:
+        """The queue `name` (ValidationError for a name no queue can have)."""
+        loop = asyncio.get_running_loop()
+        made = self._by_loop.setdefault(loop, {})
+        if name not in made:
+            made[check_name(name, "queue name")] = AsyncQueue(
+                name, url=self.settings.url, settings=self.queue_settings
+            )
+        return made[name]
+
+    async def names(self) -> list[str]:
+        if self.settings.queues:
+            return list(self.settings.queues)
+        return await self.get("default").known_queues()  # any queue reads the registry
+
+    async def close(self) -> None:
+        for made in list(self._by_loop.values()):
+            for queue in made.values():
+                await queue.close()
+            made.clear()
+
+
+def dashboard_app(settings: DashboardSettings | None = None) -> Starlette:
+    """The dashboard as an ASGI app; mount it anywhere (`Mount("/conveyor", app)`)."""
+    settings = settings or DashboardSettings()
+    queues = Queues(settings)
+    environment = Environment(
+        loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape()
+    )
+    environment.filters.update(FILTERS)
+    templates = Jinja2Templates(env=environment)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await queues.close()
+
+    app = Starlette(
+        routes=[
+            *pages.routes(),
+            *actions.routes(),
+            Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+        ],
+        middleware=[
+            Middleware(Access, auth=settings.auth, token=settings.token, basic=settings.basic)
+        ],
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.queues = queues
+    app.state.templates = templates
+    return app
+

@@ -1,0 +1,173 @@
+"""The dashboard's pages: queues, one queue, jobs by state, search, a job,
+workers, schedules. Every read goes through the public client API."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from conveyor.client.aio import AsyncQueue
+from conveyor.client.inspect import QueueOverview
+from conveyor.errors import ValidationError
+from conveyor.integrations.web.access import csrf_token, remember_csrf
+from conveyor.job import JobState
+
+# The states listed page by page, in the order of a job's life.
+LISTED = (
+    JobState.WAITING, JobState.DELAYED, JobState.ACTIVE, JobState.COMPLETED, JobState.FAILED,
+    JobState.BLOCKED,
+)  # fmt: skip
+
+
+def render(request: Request, template: str, **context: Any) -> Response:
+    settings = request.app.state.settings
+    context.update(read_only=settings.read_only, csrf=csrf_token(request), now=datetime.now(UTC))
+    response: Response = request.app.state.templates.TemplateResponse(request, template, context)
+    remember_csrf(request, response)
+    return response
+
+
+def queue_of(request: Request) -> AsyncQueue:
+    try:
+        queue: AsyncQueue = request.app.state.queues.get(request.path_params["name"])
+    except ValidationError as exc:
+        raise HTTPException(404, str(exc)) from exc
+    return queue
+
+
+async def existing(request: Request) -> tuple[AsyncQueue, QueueOverview]:
+    """The queue of the path and its overview; 404 for a queue no client used."""
+    queue = queue_of(request)
+    seen = await queue.overview()
+    if not seen.exists and not any(seen.counts.values()):
+        raise HTTPException(404, f"no queue named {queue.name!r} on this server")
+    return queue, seen
+
+
+def idle_with_work(seen: QueueOverview, workers: int) -> bool:
+    """Jobs wait or run but no worker answers the roll call."""
+    busy = seen.counts[JobState.WAITING] + seen.counts[JobState.ACTIVE]
+    return busy > 0 and workers == 0 and not seen.paused
+
+
+async def index(request: Request) -> Response:
+    names = await request.app.state.queues.names()
+    queues = [request.app.state.queues.get(n) for n in names]
+    seen = await asyncio.gather(*(q.overview() for q in queues))
+    workers = await asyncio.gather(*(q.workers() for q in queues))
+    rows = [
+        {"overview": s, "workers": len(w), "warning": idle_with_work(s, len(w))}
+        for s, w in zip(seen, workers, strict=True)
+    ]
+    return render(request, "queues.html", rows=rows, states=LISTED)
+
+
+async def queue_page(request: Request) -> Response:
+    queue, seen = await existing(request)
+    workers = await queue.workers()
+    return render(
+        request, "queue.html", queue=seen, workers=len(workers), states=LISTED,
+        warning=idle_with_work(seen, len(workers)),
+    )  # fmt: skip
+
+
+async def jobs_page(request: Request) -> Response:
+    queue, seen = await existing(request)
+    try:
+        state = JobState(request.path_params["state"])
+        if state not in LISTED:
+            raise ValueError(state)
+    except ValueError as exc:
+        wanted = request.path_params["state"]
+        raise HTTPException(404, f"no list of jobs in state {wanted!r}") from exc
+    group = request.query_params.get("group") or None
+    page = max(1, _int(request.query_params.get("page"), 1))
+    size = request.app.state.settings.page_size
+    try:
+        ids = await queue.job_ids(state, group=group, offset=(page - 1) * size, limit=size)
+    except ValidationError as exc:
+        raise HTTPException(400, str(exc)) from exc
+    total = seen.counts[state] if group is None else next(
+        (g.waiting for g in seen.groups if g.name == group), len(ids)
+    )
+    jobs = await queue.get_many(ids)
+    return render(
+        request, "jobs.html", queue=seen, state=state, group=group, page=page, size=size,
+        total=total, rows=list(zip(ids, jobs, strict=True)), states=LISTED,
+    )  # fmt: skip
+
+
+async def search(request: Request) -> Response:
+    queue, seen = await existing(request)
+    params = request.query_params
+    job_id, field, value = params.get("id", ""), params.get("field", ""), params.get("value", "")
+    message, found = None, []
+    try:
+        if job_id:
+            if await queue.get(job_id) is not None:
+                target = request.url_for("job", name=queue.name).include_query_params(id=job_id)
+                return RedirectResponse(str(target), status_code=303)
+            message = f"no job {job_id!r} in {queue.name!r}"
+        elif field and value:
+            found = await queue.find(field, value, limit=request.app.state.settings.page_size)
+            message = None if found else f"no job indexed {field}={value!r}"
+    except ValidationError as exc:
+        message = str(exc)
+    return render(
+        request, "search.html", queue=seen, job_id=job_id, field=field, value=value,
+        rows=[(j.id, j) for j in found], message=message, states=LISTED,
+    )  # fmt: skip
+
+
+async def job_page(request: Request) -> Response:
+    queue, seen = await existing(request)
+    job_id = request.query_params.get("id", "")
+    try:
+        job = await queue.get(job_id)
+        events = await queue.job_events(job_id) if job is not None else []
+    except ValidationError as exc:
+        raise HTTPException(404, str(exc)) from exc
+    if job is None:
+        raise HTTPException(404, f"no job {job_id!r} in {queue.name!r} (finished jobs expire)")
+    return render(request, "job.html", queue=seen, job=job, events=events, states=LISTED)
+
+
+async def workers_page(request: Request) -> Response:
+    queue, seen = await existing(request)
+    workers = sorted(await queue.workers(), key=lambda w: str(w.info.get("host", "")))
+    return render(request, "workers.html", queue=seen, workers=workers, states=LISTED)
+
+
+async def schedules_page(request: Request) -> Response:
+    queue, seen = await existing(request)
+    schedules = await queue.schedules()
+    editing = next((s for s in schedules if s.id == request.query_params.get("edit")), None)
+    return render(
+        request, "schedules.html", queue=seen, schedules=schedules, editing=editing,
+        states=LISTED,
+    )  # fmt: skip
+
+
+def _int(text: str | None, default: int) -> int:
+    try:
+        return int(text or default)
+    except ValueError:
+        return default
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/", index, name="index"),
+        Route("/queues/{name}", queue_page, name="queue"),
+        Route("/queues/{name}/jobs/{state}", jobs_page, name="jobs"),
+        Route("/queues/{name}/search", search, name="search"),
+        Route("/queues/{name}/job", job_page, name="job"),
+        Route("/queues/{name}/workers", workers_page, name="workers"),
+        Route("/queues/{name}/schedules", schedules_page, name="schedules"),
+    ]

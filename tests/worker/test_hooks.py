@@ -1,0 +1,162 @@
+"""Hooks: each point of a job's life, in producers and in a real worker."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from conveyor import PermanentError, Queue
+from conveyor.client.core import QueueSettings
+from conveyor.client.tasks import Tasks
+from conveyor.errors import ConfigurationError, JobFailedError
+from conveyor.hooks import Hook, RunningJob
+from conveyor.worker import Worker
+from support.workers import RunningWorker, WorkerRunner, wait_until
+
+
+class Recorder(Hook):
+    """Writes down every call it gets."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.lock = threading.Lock()
+
+    def _add(self, *entry: Any) -> None:
+        with self.lock:
+            self.calls.append(entry)
+
+    def named(self, name: str) -> list[tuple[Any, ...]]:
+        with self.lock:
+            return [c for c in self.calls if c[0] == name]
+
+    def before_enqueue(self, queue: str, task: str, data: Any, options: dict[str, Any]) -> None:
+        self._add("before_enqueue", task, data)
+        if task == "renamed":
+            options["id"] = f"hooked-{data}"
+
+    def worker_start(self, worker_id: str, queue: str) -> None:
+        self._add("worker_start", queue)
+
+    def worker_stop(self, worker_id: str, queue: str) -> None:
+        self._add("worker_stop", queue)
+
+    def before_run(self, job: RunningJob) -> None:
+        self._add("before_run", job.task, job.attempt, job.waited)
+
+    def after_success(self, job: RunningJob, *, duration: float) -> None:
+        self._add("after_success", job.task, duration)
+
+    def after_failure(
+        self, job: RunningJob, exc: BaseException | None, *, error: str, duration: float
+    ) -> None:
+        self._add("after_failure", job.task, job.attempt, type(exc).__name__, error.split(":")[0])
+
+    def on_completed(self, job: RunningJob) -> None:
+        self._add("on_completed", job.task)
+
+    def on_retry(self, job: RunningJob, *, error: str) -> None:
+        self._add("on_retry", job.task, job.attempt)
+
+    def on_final_failure(self, job: RunningJob, *, error: str) -> None:
+        self._add("on_final_failure", job.task, job.attempt, error.split(":")[0])
+
+
+class Broken(Hook):
+    def before_run(self, job: RunningJob) -> None:
+        raise RuntimeError("a broken hook")
+
+    def on_completed(self, job: RunningJob) -> None:
+        raise RuntimeError("a broken hook")
+
+
+def test_every_hook_is_called_at_its_point(
+    redis_url: str, queue_name: str, worker_runner: WorkerRunner
+) -> None:
+    hook = Recorder()
+    tasks = Tasks(queue_name, url=redis_url, settings=QueueSettings(hooks=(hook,)))
+
+    @tasks.task
+    async def ok(data: int) -> int:
+        return data
+
+    @tasks.task(max_failures=2, min_backoff=0.01, max_backoff=0.01)
+    def flaky(data: None) -> None:
+        raise ValueError("boom")
+
+    @tasks.task
+    async def doomed(data: None) -> None:
+        raise PermanentError("no")
+
+    first = ok.enqueue(1)
+    second = flaky.enqueue(None)
+    third = doomed.enqueue(None)
+    handle = worker_runner.start(tasks)
+    queue = tasks.queue()
+    assert queue.wait_result(first.id, timeout=20) == 1
+    for job_id in (second.id, third.id):
+        with pytest.raises(JobFailedError):
+            queue.wait_result(job_id, timeout=20)
+    wait_until(lambda: len(hook.named("on_final_failure")) == 2, timeout=20)
+    handle.stop()
+
+    assert [c[1:] for c in hook.named("before_enqueue")] == [
+        ("ok", 1), ("flaky", None), ("doomed", None)
+    ]  # fmt: skip
+    assert hook.named("worker_start") == [("worker_start", queue_name)]
+    assert hook.named("worker_stop") == [("worker_stop", queue_name)]
+    runs = hook.named("before_run")
+    assert sorted((c[1], c[2]) for c in runs) == [
+        ("doomed", 1), ("flaky", 1), ("flaky", 2), ("ok", 1)
+    ]  # fmt: skip
+    # first attempts know how long they waited since their enqueue; retries do not
+    assert all((c[3] is not None and c[3] >= 0) == (c[2] == 1) for c in runs)
+    ((_, task, duration),) = hook.named("after_success")
+    assert task == "ok" and 0 <= duration < 10
+    assert hook.named("on_completed") == [("on_completed", "ok")]
+    assert sorted(hook.named("after_failure")) == [
+        ("after_failure", "doomed", 1, "PermanentError", "PermanentError"),
+        ("after_failure", "flaky", 1, "ValueError", "ValueError"),
+        ("after_failure", "flaky", 2, "ValueError", "ValueError"),
+    ]
+    assert hook.named("on_retry") == [("on_retry", "flaky", 1)]
+    assert sorted(hook.named("on_final_failure")) == [
+        ("on_final_failure", "doomed", 1, "PermanentError"),
+        ("on_final_failure", "flaky", 2, "ValueError"),
+    ]
+
+
+def test_before_enqueue_may_change_the_options(redis_url: str, queue_name: str) -> None:
+    hook = Recorder()
+    with Queue(queue_name, url=redis_url, settings=QueueSettings(hooks=(hook,))) as queue:
+        assert queue.enqueue("renamed", 7).id == "hooked-7"
+        done = queue.enqueue_many([("renamed", 8), ("other", 9)])
+        assert done[0].id == "hooked-8" and done[1].id != "hooked-9"
+        assert queue.get("hooked-8") is not None
+    assert [c[1:] for c in hook.named("before_enqueue")] == [
+        ("renamed", 7), ("renamed", 8), ("other", 9)
+    ]  # fmt: skip
+
+
+def test_a_failing_hook_is_logged_and_the_job_still_completes(
+    redis_url: str, queue_name: str, worker_runner: WorkerRunner, caplog: pytest.LogCaptureFixture
+) -> None:
+    tasks = Tasks(queue_name, url=redis_url)
+
+    @tasks.task
+    async def ok(data: int) -> int:
+        return data * 2
+
+    job = ok.enqueue(21)
+    handle = RunningWorker(Worker(tasks, url=redis_url, hooks=[Broken()]))
+    worker_runner.running.append(handle)  # stopped at the end if the test fails
+    assert tasks.queue().wait_result(job.id, timeout=20) == 42
+    handle.stop()
+    assert "hook Broken.before_run failed; ignored" in caplog.text
+
+
+def test_a_hook_must_be_a_hook(redis_url: str, queue_name: str) -> None:
+    tasks = Tasks(queue_name, url=redis_url)
+    with pytest.raises(ConfigurationError, match="must be a conveyor.hooks.Hook"):
+        Worker(tasks, hooks=[object()])  # type: ignore[list-item]
