@@ -20,6 +20,7 @@ ConveyorError
 ├── WaitTimeoutError (also TimeoutError)    wait_result(): no outcome within the timeout
 ├── LeaseLostError                          a worker's write was refused (fencing)
 ├── JobTimeoutError (also TimeoutError)     a handler ran past its timeout
+├── ProcessDiedError                        the child process running a job died
 └── PermanentError                          raised by a handler: fail now, never retry
 """
 
@@ -112,6 +113,12 @@ class WaitTimeoutError(ConveyorError, TimeoutError):
 
 class JobTimeoutError(ConveyorError, TimeoutError):
     pass
+
+
+class ProcessDiedError(ConveyorError):
+    """The child process that ran a job (process execution) died while it
+    ran: killed, crashed, `os._exit`, out of memory. The job is retried by
+    its policy; the worker replaced the child."""
 
 
 class PermanentError(ConveyorError):

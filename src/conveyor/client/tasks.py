@@ -29,6 +29,7 @@ from conveyor.options import ENQUEUE_OPTIONS, check_name, check_task_name
 D = TypeVar("D")
 R = TypeVar("R")
 Handler = Callable[[Any], Any]
+EXECUTORS = frozenset({None, "thread", "process"})
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,9 @@ class Task(Generic[D, R]):
     tasks: Tasks
     defaults: EnqueueOptions = field(default_factory=lambda: EnqueueOptions())
     indexed: tuple[str, ...] = ()  # data fields the jobs are findable by (Queue.find)
+    # where the handler runs: None (async on the worker's loop, sync as the
+    # worker's `executor` says), "thread", or "process" (a child process)
+    executor: str | None = None
 
     @functools.cached_property
     def is_async(self) -> bool:
@@ -99,6 +103,7 @@ class Tasks:
         *,
         name: str | None = None,
         indexed: tuple[str, ...] = (),
+        executor: str | None = None,
         **defaults: Unpack[EnqueueOptions],
     ) -> Callable[[Callable[[D], R]], Task[D, R]]: ...
 
@@ -109,19 +114,29 @@ class Tasks:
         *,
         name: str | None = None,
         indexed: tuple[str, ...] = (),
+        executor: str | None = None,
         **defaults: Any,
     ) -> Any:
-        """Register a handler (sync or async) under its name or `name`."""
+        """Register a handler (sync or async) under its name or `name`;
+        `executor="process"` runs it in the worker's child processes (see
+        the README's execution section), `"thread"` in its thread pool."""
         unknown = set(defaults) - ENQUEUE_OPTIONS
         if unknown:
             raise UnknownOptionError(f"unknown task option(s): {sorted(unknown)}")
+        if executor not in EXECUTORS:
+            raise ConfigurationError("executor must be 'thread', 'process' or None")
 
         def register(handler: Callable[[Any], Any]) -> Task[Any, Any]:
             task_name = check_task_name(name or handler.__name__)
             if task_name in self.handlers:
                 raise ConfigurationError(f"task {task_name!r} is registered twice")
             task: Task[Any, Any] = Task(
-                task_name, handler, self, cast(EnqueueOptions, defaults), tuple(indexed)
+                task_name,
+                handler,
+                self,
+                cast(EnqueueOptions, defaults),
+                tuple(indexed),
+                executor,
             )
             self.handlers[task_name] = task
             return task

@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
@@ -58,6 +59,38 @@ def redis_url(url: str | None, stack: ExitStack) -> str:
     return embedded.url
 
 
+def execution_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The worker's process execution options (README, "Execution")."""
+    options = [
+        click.option(
+            "--executor",
+            type=click.Choice(["thread", "process"]),
+            default="thread",
+            show_default=True,
+            help="Where sync handlers without an executor of their own run.",
+        ),
+        click.option("--processes", type=click.IntRange(min=1), help="Child processes [CPUs]."),
+        click.option(
+            "--max-tasks-per-child",
+            type=click.IntRange(min=1),
+            help="Recycle a child after N jobs.",
+        ),
+        click.option(
+            "--max-memory-per-child",
+            type=click.IntRange(min=1),
+            help="MiB: recycle a child after a job took its peak RSS past it.",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def execution_settings(options: dict[str, Any]) -> dict[str, Any]:
+    memory = options.pop("max_memory_per_child", None)
+    return {**options, "max_memory_per_child": None if memory is None else memory << 20}
+
+
 @click.group()
 @click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
 def main(verbose: int) -> None:
@@ -74,6 +107,7 @@ def main(verbose: int) -> None:
 @click.option("--grace", default=30.0, show_default=True, help="SIGTERM grace, seconds.")
 @click.option("--burst", is_flag=True, help="Drain the queue, then exit.")
 @click.option("--failures", is_flag=True, help="Run the failure handlers' jobs instead.")
+@execution_options
 def worker(
     target: str,
     url: str | None,
@@ -82,11 +116,17 @@ def worker(
     grace: float,
     burst: bool,
     failures: bool,
+    **execution: Any,
 ) -> None:
     """Run a worker for the tasks at TARGET (module:attribute)."""
     tasks = load_tasks(target)
     settings = WorkerSettings(
-        concurrency=concurrency, lease=lease, grace=grace, burst=burst, failures=failures
+        concurrency=concurrency,
+        lease=lease,
+        grace=grace,
+        burst=burst,
+        failures=failures,
+        **execution_settings(execution),
     )
     with ExitStack() as stack:
         run = Worker(tasks, url=redis_url(url or tasks.url, stack), settings=settings)

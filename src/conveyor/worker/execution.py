@@ -5,17 +5,23 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import functools
 import logging
 import traceback
 import types
 from collections.abc import Callable, Coroutine, Generator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from conveyor import serializers
 from conveyor.client.tasks import Task
-from conveyor.errors import JobTimeoutError, NotSerializableError, PermanentError
+from conveyor.errors import (
+    ConfigurationError,
+    JobTimeoutError,
+    NotSerializableError,
+    PermanentError,
+)
 from conveyor.timeutil import delay_until_ms
 from conveyor.worker.context import JobContext, set_current
 from conveyor.worker.watchdog import Stalls
@@ -43,6 +49,15 @@ class Running:
     # a sync handler's run in its thread: the run is over only when it is done
     thread: concurrent.futures.Future[Any] | None = None
     failure: Failure | None = None  # kept for the hooks told when the failure is written
+    in_process: bool = False  # run by a child process, which gives the outcome itself
+
+
+class Processes(Protocol):
+    """Where handlers run in child processes (processes.ProcessPool)."""
+
+    runs_sync: bool  # sync handlers without an executor of their own run here too
+
+    def run(self, running: Running) -> Coroutine[Any, Any, Outcome]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +106,7 @@ async def execute(
     executor: Executor,
     on_suspend: Callable[[], None],
     stalls: Stalls | None = None,
+    processes: Processes | None = None,
 ) -> Outcome:
     """Run the handler under its timeout; never raises but CancelledError.
     `on_suspend` is called once if the handler does not finish at once: it
@@ -104,7 +120,7 @@ async def execute(
     loop = asyncio.get_running_loop()
     started = loop.time()
     try:
-        finished, result = _start(running, loop, executor)
+        finished, result = _start(running, loop, executor, processes)
         if finished:
             if running.timeout is not None and loop.time() - started > running.timeout:
                 return _blocked_past(running, loop.time() - started)
@@ -118,6 +134,8 @@ async def execute(
                     result = await result
             finally:
                 deadline.disarm()
+            if running.in_process:
+                return result  # type: ignore[no-any-return]  # the child's outcome
             if running.thread is None and deadline.overran(loop.time()):
                 return _blocked_past(running, loop.time() - started)
         if result is None:
@@ -215,29 +233,45 @@ async def _thread_end(running: Running) -> None:
 
 
 def _start(
-    running: Running, loop: asyncio.AbstractEventLoop, executor: Executor
+    running: Running,
+    loop: asyncio.AbstractEventLoop,
+    executor: Executor,
+    processes: Processes | None,
 ) -> tuple[bool, Any]:
     """Start the handler: (True, its result) if it finished at once, else
     (False, an awaitable of the rest). An async handler is started by hand:
     most finish without suspending, and those need no timer (arming and
     cancelling one costs about as much as the rest of a no-op job)."""
-    assert running.handler is not None
-    fn = running.handler.fn
+    handler = running.handler
+    assert handler is not None
+    fn = handler.fn
     data = running.ctx.data
-    if not running.handler.is_async:
-        # Sync handlers run in the pool with a copy of this context, so
-        # current_job() works there too.
-        context = contextvars.copy_context()
-        running.thread = executor.submit(context.run, fn, data)
-        return False, asyncio.wrap_future(running.thread, loop=loop)
-    coro = fn(data)
-    if type(coro) is not types.CoroutineType:  # some other awaitable: awaited as it is
-        return False, coro
-    try:
-        suspended_on = coro.send(None)
-    except StopIteration as done:
-        return True, done.value
-    return False, _resume(coro, suspended_on)
+    if handler.executor is None and handler.is_async:  # the common path: on the loop
+        coro = fn(data)
+        if type(coro) is not types.CoroutineType:  # some other awaitable: awaited as it is
+            return False, coro
+        try:
+            suspended_on = coro.send(None)
+        except StopIteration as done:
+            return True, done.value
+        return False, _resume(coro, suspended_on)
+    if handler.executor == "process" or (
+        handler.executor is None and processes is not None and processes.runs_sync
+    ):
+        if processes is None:
+            raise ConfigurationError("this worker runs no child processes")
+        running.in_process = True
+        return False, processes.run(running)
+    # A thread of the pool, with a copy of this context: current_job() works there too.
+    context = contextvars.copy_context()
+    target = functools.partial(_run_coroutine, fn) if handler.is_async else fn
+    running.thread = executor.submit(context.run, target, data)
+    return False, asyncio.wrap_future(running.thread, loop=loop)
+
+
+def _run_coroutine(fn: Callable[[Any], Any], data: Any) -> Any:
+    """An async handler told to run on a thread: on an event loop of its own."""
+    return asyncio.run(fn(data))
 
 
 @types.coroutine

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 import types
 from collections import deque
@@ -31,6 +32,7 @@ from conveyor.protocol import ops
 from conveyor.worker.acks import AckBuffer
 from conveyor.worker.context import JobContext
 from conveyor.worker.execution import Failure, Outcome, Running, Success, execute
+from conveyor.worker.processes import PoolSettings, ProcessPool, needs_processes
 from conveyor.worker.watchdog import LoopWatchdog
 
 log = logging.getLogger("conveyor.worker")
@@ -96,6 +98,7 @@ class JobPool:
         lease: float,
         freed: asyncio.Event,
         hooks: Hooks | None = None,
+        processes: PoolSettings | None = None,
     ) -> None:
         self.held: dict[str, Running] = {}
         self.in_flight = 0  # accepted and not finished yet
@@ -122,6 +125,17 @@ class JobPool:
             busy=lambda: self.in_flight > 0,
             execute_code=execute.__code__,
         )
+        processes = processes or PoolSettings(size=os.cpu_count() or 1)
+        self.processes = (
+            ProcessPool(processes, on_progress=self._progress)
+            if needs_processes(handlers, processes)
+            else None
+        )
+
+    async def open(self) -> None:
+        """Start the child processes, if any handler runs in one."""
+        if self.processes is not None:
+            await self.processes.start()
 
     def start(self, on_died: Callable[[asyncio.Task[None]], None]) -> None:
         """Start the runners and the ack writer; `on_died` if one ends."""
@@ -137,6 +151,8 @@ class JobPool:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._executor.shutdown(wait=False, cancel_futures=True)
+        if self.processes is not None:
+            await self.processes.close()
 
     def leases(self) -> list[tuple[str, str]]:
         """(job id, token) of every lease held; read by the heartbeat thread."""
@@ -200,7 +216,9 @@ class JobPool:
                     self._all_done.set()
 
     def _execute(self, running: Running) -> Coroutine[Any, Any, Outcome]:
-        return execute(running, self._executor, self._inbox.hand_on, self._watchdog.stalls)
+        return execute(
+            running, self._executor, self._inbox.hand_on, self._watchdog.stalls, self.processes
+        )
 
     async def _execute_hooked(self, running: Running) -> Outcome:
         """execute() between the hooks of a run."""

@@ -36,6 +36,7 @@ from conveyor.timeutil import to_ms
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.metrics import MetricsRecorder
 from conveyor.worker.pool import JobPool, log_failure
+from conveyor.worker.processes import PoolSettings
 from conveyor.worker.waiting import Blocker, advance
 
 log = logging.getLogger("conveyor.worker")
@@ -54,10 +55,22 @@ class WorkerSettings:
     metrics: bool = True  # keep the queue's metrics history (conveyor.metrics)
     idle_wait: float = 5.0  # longest single block on Redis when idle; burst's horizon
     promote_batch: int = 1000
+    # process execution (README, "Execution"): where sync handlers without an
+    # executor of their own run ("thread" or "process"), and the child pool
+    executor: str = "thread"
+    processes: int | None = None  # children; default: the CPU count
+    max_tasks_per_child: int | None = None  # recycle a child after this many jobs
+    max_memory_per_child: int | None = None  # bytes: recycle after a job took its RSS past it
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ConfigurationError("concurrency must be at least 1")
+        if self.executor not in ("thread", "process"):
+            raise ConfigurationError("executor must be 'thread' or 'process'")
+        for name in ("processes", "max_tasks_per_child", "max_memory_per_child"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigurationError(f"{name} must be at least 1")
         if self.lease < 0.2:
             raise ConfigurationError("lease must be at least 0.2 s")
 
@@ -154,6 +167,7 @@ class Worker:
             lease=self.settings.lease,
             freed=self._slot_freed,
             hooks=hooks,
+            processes=self._pool_settings(),
         )
         self._jobs = jobs
         beat_wire = None if endpoint is None else SyncWire(endpoint)
@@ -183,6 +197,15 @@ class Worker:
             call_hooks(hooks.worker_stop, self.id, queue.name)
 
     # --- set-up ------------------------------------------------------------------
+
+    def _pool_settings(self) -> PoolSettings:
+        s = self.settings
+        return PoolSettings(
+            size=s.processes or os.cpu_count() or 1,
+            max_tasks_per_child=s.max_tasks_per_child,
+            max_memory_per_child=s.max_memory_per_child,
+            runs_sync=s.executor == "process",
+        )
 
     async def _connect(self, queue: AsyncQueue) -> None:
         delay = 0.1
@@ -264,6 +287,7 @@ class Worker:
     # --- the main loop -------------------------------------------------------------
 
     async def _serve(self, jobs: JobPool) -> None:
+        await jobs.open()
         jobs.start(self._died)
         await self._claim_loop()
         await jobs.shut_down(grace=self.settings.grace, hard_stop=self._hard_stop)
