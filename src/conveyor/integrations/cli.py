@@ -197,6 +197,20 @@ def enqueue(
         click.echo(json.dumps({"id": done.id, "outcome": done.outcome, "state": done.state}))
 
 
+@main.command()
+@click.argument("queue")
+@click.argument("job_id")
+@url_option
+def abort(queue: str, job_id: str, url: str | None) -> None:
+    """Abort job JOB_ID: cancel it if it has not started, else have its
+    worker stop it (it fails with AbortedError). Prints what happened."""
+    with ExitStack() as stack, Queue(queue, url=redis_url(url, stack)) as q:
+        what = q.abort(job_id)
+    click.echo(json.dumps({"id": job_id, "outcome": what}))
+    if what in ("missing", "refused"):
+        raise SystemExit(1)
+
+
 PASS_ON = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
 
 

@@ -23,6 +23,7 @@ SCRIPT_NAMES = (
     "release",
     "await",
     "cancel",
+    "abort",
     "limits",
     "schedule",
     "schedule_next",

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from conveyor import serializers
 from conveyor.client.tasks import Task
 from conveyor.errors import (
+    AbortedError,
     ConfigurationError,
     JobTimeoutError,
     NotSerializableError,
@@ -50,6 +51,7 @@ class Running:
     thread: concurrent.futures.Future[Any] | None = None
     failure: Failure | None = None  # kept for the hooks told when the failure is written
     in_process: bool = False  # run by a child process, which gives the outcome itself
+    aborted: bool = False  # a client aborted it (Queue.abort): it fails for good
 
 
 class Processes(Protocol):
@@ -142,6 +144,8 @@ async def execute(
             return NOTHING
         return Success(serializers.dumps(result, what="the result"))
     except TimeoutError as exc:
+        if running.aborted:
+            return aborted_failure()
         if running.ctx.lost:
             return None
         if running.scope is not None and running.scope.expired():
@@ -155,6 +159,11 @@ async def execute(
         set_current(None)
         if running.thread is not None:
             await _thread_end(running)
+
+
+def aborted_failure() -> Failure:
+    err = AbortedError("aborted by a client (Queue.abort) while it ran")
+    return Failure(f"{type(err).__name__}: {err}", True, None, err)
 
 
 def _blocked_past(running: Running, took: float) -> Failure:

@@ -31,7 +31,14 @@ from conveyor.hooks import call as call_hooks
 from conveyor.protocol import ops
 from conveyor.worker.acks import AckBuffer
 from conveyor.worker.context import JobContext
-from conveyor.worker.execution import Failure, Outcome, Running, Success, execute
+from conveyor.worker.execution import (
+    Failure,
+    Outcome,
+    Running,
+    Success,
+    aborted_failure,
+    execute,
+)
 from conveyor.worker.processes import PoolSettings, ProcessPool, needs_processes
 from conveyor.worker.watchdog import LoopWatchdog
 
@@ -271,6 +278,21 @@ class JobPool:
             if running.scope is not None:
                 running.scope.reschedule(self._loop.time())
             call_hooks(self._hooks.on_lease_lost, running.ctx)
+
+    def abort(self, ids: list[str]) -> None:
+        """Clients aborted these jobs (abort.lua): stop them; each run then
+        fails for good with AbortedError once its code has stopped."""
+        for job_id in ids:
+            running = self.held.get(job_id)
+            if running is None or running.ended or running.aborted:
+                continue  # done already (its outcome is on its way), or told before
+            log.warning("job %s: aborted by a client; stopping it", job_id)
+            running.aborted = running.ctx.cancelled = True
+            if running.scope is not None:  # running: cancel it (a child is terminated)
+                running.scope.reschedule(self._loop.time())
+            elif running.thread is None:  # not started: it never will
+                failure = aborted_failure()
+                running.problem = failure.error
 
     def _progress(self, ctx: JobContext, fraction: float) -> None:
         """Write progress from a handler: async handlers go on at once, sync

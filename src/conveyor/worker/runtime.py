@@ -248,6 +248,7 @@ class Worker:
             info=self._info,
             leases=jobs.leases,
             on_lost=lambda ids: _call_soon(loop, jobs.lose, ids),
+            on_aborted=lambda ids: _call_soon(loop, jobs.abort, ids),
             on_reaped=(
                 (lambda r, f: call_hooks(stalled, recovered=r, failed=f)) if stalled else None
             ),
@@ -424,10 +425,22 @@ class Worker:
         script = self._queue.core.scripts["claim"]
         replies = await self._blocker.bzpopmin_then(pop, script.sha, call)
         if replies is None:
-            return await self._blocker.bzpopmin(*pop)
-        if not isinstance(replies[1], Exception):
-            self._claimed(call, replies[1])
-        return replies[0]
+            popped = await self._blocker.bzpopmin(*pop)
+        else:
+            popped = replies[0]
+            if not isinstance(replies[1], Exception):
+                self._claimed(call, replies[1])
+        self._woken(popped)
+        return popped
+
+    def _woken(self, popped: Any) -> None:
+        """What woke us: `abort=<id>` on our wake key is a client's abort
+        of a job we hold (abort.lua); anything else only ends the wait."""
+        if not popped or isinstance(popped, Exception) or self._jobs is None:
+            return
+        member = ops.text(popped[1])
+        if member.startswith("abort="):
+            self._jobs.abort([member.removeprefix("abort=")])
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
