@@ -44,6 +44,9 @@ class Task(Generic[D, R]):
     # where the handler runs: None (async on the worker's loop, sync as the
     # worker's `executor` says), "thread", or "process" (a child process)
     executor: str | None = None
+    # a batch task's handler takes a list of jobs' data (worker/batches.py)
+    batch_size: int | None = None
+    batch_timeout: float = 1.0
 
     @functools.cached_property
     def is_async(self) -> bool:
@@ -104,6 +107,8 @@ class Tasks:
         name: str | None = None,
         indexed: tuple[str, ...] = (),
         executor: str | None = None,
+        batch_size: int | None = None,
+        batch_timeout: float = 1.0,
         **defaults: Unpack[EnqueueOptions],
     ) -> Callable[[Callable[[D], R]], Task[D, R]]: ...
 
@@ -115,16 +120,25 @@ class Tasks:
         name: str | None = None,
         indexed: tuple[str, ...] = (),
         executor: str | None = None,
+        batch_size: int | None = None,
+        batch_timeout: float = 1.0,
         **defaults: Any,
     ) -> Any:
         """Register a handler (sync or async) under its name or `name`;
         `executor="process"` runs it in the worker's child processes (see
-        the README's execution section), `"thread"` in its thread pool."""
+        the README's execution section), `"thread"` in its thread pool.
+        With `batch_size`, the handler takes a list of up to that many jobs'
+        data, gathered for at most `batch_timeout` s, and returns one result
+        (or exception instance) per job."""
         unknown = set(defaults) - ENQUEUE_OPTIONS
         if unknown:
             raise UnknownOptionError(f"unknown task option(s): {sorted(unknown)}")
         if executor not in EXECUTORS:
             raise ConfigurationError("executor must be 'thread', 'process' or None")
+        if batch_size is not None and (batch_size < 1 or executor == "process"):
+            raise ConfigurationError("batch_size must be at least 1, and not with processes")
+        if not batch_timeout > 0:
+            raise ConfigurationError("batch_timeout must be > 0")
 
         def register(handler: Callable[[Any], Any]) -> Task[Any, Any]:
             task_name = check_task_name(name or handler.__name__)
@@ -137,6 +151,8 @@ class Tasks:
                 cast(EnqueueOptions, defaults),
                 tuple(indexed),
                 executor,
+                batch_size,
+                float(batch_timeout),
             )
             self.handlers[task_name] = task
             return task

@@ -30,6 +30,7 @@ from conveyor.hooks import Hooks
 from conveyor.hooks import call as call_hooks
 from conveyor.protocol import ops
 from conveyor.worker.acks import AckBuffer
+from conveyor.worker.batches import Batches
 from conveyor.worker.context import JobContext
 from conveyor.worker.execution import (
     Failure,
@@ -139,6 +140,8 @@ class JobPool:
             else None
         )
 
+        self._batches = Batches(self._executor, self._settle)
+
     async def open(self) -> None:
         """Start the child processes, if any handler runs in one."""
         if self.processes is not None:
@@ -157,6 +160,7 @@ class JobPool:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._batches.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
         if self.processes is not None:
             await self.processes.close()
@@ -195,7 +199,10 @@ class JobPool:
         self.held[claimed.id] = running
         self.in_flight += 1
         self._all_done.clear()
-        self._inbox.put(running)
+        if handler is not None and handler.batch_size is not None:
+            self._batches.put(running)
+        else:
+            self._inbox.put(running)
 
     async def _run_jobs(self) -> None:
         """One runner: take jobs from the inbox and run them, one at a time."""
@@ -242,6 +249,19 @@ class JobPool:
                 hooks.after_failure, ctx, outcome.exc, error=outcome.error, duration=duration
             )
         return outcome
+
+    def _settle(self, running: Running, outcome: Outcome) -> None:
+        """A batch call ended for this job: its outcome to write (or none, its
+        lease lost), and its slot free."""
+        if outcome is not None:
+            running.ended = True
+            self._acks.add(running.ctx.id, running.ctx.token, outcome)
+        else:
+            self.held.pop(running.ctx.id, None)
+        self.in_flight -= 1
+        self._freed.set()
+        if not self.in_flight:
+            self._all_done.set()
 
     def _written(self, job_id: str, what: str) -> None:
         """An outcome reached Redis (or was given up): stop holding the lease."""
@@ -325,7 +345,7 @@ class JobPool:
     async def shut_down(self, *, grace: float, hard_stop: asyncio.Event) -> None:
         """Give back what never started, let running jobs finish within the
         grace period, give back the rest at once, write every outcome."""
-        unstarted = self._inbox.take_all()
+        unstarted = self._inbox.take_all() + self._batches.take_all()
         self.in_flight -= len(unstarted)
         await self._release(unstarted, started=False)
         if self.in_flight:
