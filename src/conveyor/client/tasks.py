@@ -47,6 +47,7 @@ class Task(Generic[D, R]):
     # a batch task's handler takes a list of jobs' data (worker/batches.py)
     batch_size: int | None = None
     batch_timeout: float = 1.0
+    size: int = 1  # units of a worker's capacity one job takes
 
     @functools.cached_property
     def is_async(self) -> bool:
@@ -109,6 +110,7 @@ class Tasks:
         executor: str | None = None,
         batch_size: int | None = None,
         batch_timeout: float = 1.0,
+        size: int = 1,
         **defaults: Unpack[EnqueueOptions],
     ) -> Callable[[Callable[[D], R]], Task[D, R]]: ...
 
@@ -122,6 +124,7 @@ class Tasks:
         executor: str | None = None,
         batch_size: int | None = None,
         batch_timeout: float = 1.0,
+        size: int = 1,
         **defaults: Any,
     ) -> Any:
         """Register a handler (sync or async) under its name or `name`;
@@ -129,7 +132,8 @@ class Tasks:
         the README's execution section), `"thread"` in its thread pool.
         With `batch_size`, the handler takes a list of up to that many jobs'
         data, gathered for at most `batch_timeout` s, and returns one result
-        (or exception instance) per job."""
+        (or exception instance) per job. `size`: how many units of a
+        worker's concurrency one job takes (a heavy job counts as several)."""
         unknown = set(defaults) - ENQUEUE_OPTIONS
         if unknown:
             raise UnknownOptionError(f"unknown task option(s): {sorted(unknown)}")
@@ -139,6 +143,8 @@ class Tasks:
             raise ConfigurationError("batch_size must be at least 1, and not with processes")
         if not batch_timeout > 0:
             raise ConfigurationError("batch_timeout must be > 0")
+        if size < 1:
+            raise ConfigurationError("size must be at least 1")
 
         def register(handler: Callable[[Any], Any]) -> Task[Any, Any]:
             task_name = check_task_name(name or handler.__name__)
@@ -153,6 +159,7 @@ class Tasks:
                 executor,
                 batch_size,
                 float(batch_timeout),
+                size,
             )
             self.handlers[task_name] = task
             return task

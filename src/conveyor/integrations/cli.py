@@ -59,9 +59,37 @@ def redis_url(url: str | None, stack: ExitStack) -> str:
     return embedded.url
 
 
+class Concurrency(click.ParamType):  # type: ignore[type-arg]  # generic in click 8.2+ only
+    name = "N|auto"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "auto" or isinstance(value, int):
+            return value
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(f"{value!r} is neither a number nor 'auto'", param, ctx)
+
+
+CONCURRENCY = Concurrency()
+
+
 def execution_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The worker's process execution options (README, "Execution")."""
     options = [
+        click.option(
+            "--min",
+            "min_concurrency",
+            type=click.IntRange(min=1),
+            default=1,
+            help="With --concurrency auto: the fewest jobs at once.",
+        ),
+        click.option(
+            "--max",
+            "max_concurrency",
+            type=click.IntRange(min=1),
+            help="With --concurrency auto: the most [4 per CPU].",
+        ),
         click.option(
             "--executor",
             type=click.Choice(["thread", "process"]),
@@ -86,9 +114,16 @@ def execution_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-def execution_settings(options: dict[str, Any]) -> dict[str, Any]:
+def execution_settings(concurrency: int | str, options: dict[str, Any]) -> dict[str, Any]:
+    """WorkerSettings' fields from the concurrency and execution options."""
     memory = options.pop("max_memory_per_child", None)
-    return {**options, "max_memory_per_child": None if memory is None else memory << 20}
+    auto = concurrency == "auto"
+    return {
+        **options,
+        "concurrency": 10 if auto else concurrency,
+        "auto_concurrency": auto,
+        "max_memory_per_child": None if memory is None else memory << 20,
+    }
 
 
 @click.group()
@@ -102,7 +137,14 @@ def main(verbose: int) -> None:
 @main.command()
 @click.argument("target")
 @url_option
-@click.option("-c", "--concurrency", default=10, show_default=True)
+@click.option(
+    "-c",
+    "--concurrency",
+    type=CONCURRENCY,
+    default="10",
+    show_default=True,
+    help="Jobs at once, or 'auto': follow the CPU between --min and --max.",
+)
 @click.option("--lease", default=30.0, show_default=True, help="Lease length, seconds.")
 @click.option("--grace", default=30.0, show_default=True, help="SIGTERM grace, seconds.")
 @click.option("--burst", is_flag=True, help="Drain the queue, then exit.")
@@ -111,7 +153,7 @@ def main(verbose: int) -> None:
 def worker(
     target: str,
     url: str | None,
-    concurrency: int,
+    concurrency: int | str,
     lease: float,
     grace: float,
     burst: bool,
@@ -121,12 +163,11 @@ def worker(
     """Run a worker for the tasks at TARGET (module:attribute)."""
     tasks = load_tasks(target)
     settings = WorkerSettings(
-        concurrency=concurrency,
         lease=lease,
         grace=grace,
         burst=burst,
         failures=failures,
-        **execution_settings(execution),
+        **execution_settings(concurrency, execution),
     )
     with ExitStack() as stack:
         run = Worker(tasks, url=redis_url(url or tasks.url, stack), settings=settings)

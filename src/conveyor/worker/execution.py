@@ -52,6 +52,7 @@ class Running:
     failure: Failure | None = None  # kept for the hooks told when the failure is written
     in_process: bool = False  # run by a child process, which gives the outcome itself
     aborted: bool = False  # a client aborted it (Queue.abort): it fails for good
+    extra: int = 0  # its task's size - 1: the capacity it takes beyond one slot
 
 
 class Processes(Protocol):

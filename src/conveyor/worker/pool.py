@@ -87,6 +87,10 @@ class Inbox:
             self._waking = False
         return self._jobs.popleft()
 
+    @property
+    def waiting(self) -> int:
+        return len(self._jobs)
+
     def take_all(self) -> list[Running]:
         jobs = list(self._jobs)
         self._jobs.clear()
@@ -107,9 +111,15 @@ class JobPool:
         freed: asyncio.Event,
         hooks: Hooks | None = None,
         processes: PoolSettings | None = None,
+        capacity: Callable[[], int] | None = None,
     ) -> None:
         self.held: dict[str, Running] = {}
         self.in_flight = 0  # accepted and not finished yet
+        self.extra_units = 0  # what the held jobs of tasks with a size > 1 take beyond 1 each
+        self._started_extra = 0  # the same, of the started ones
+        self._gated = 0  # heavy jobs waiting for room (_room_for)
+        self._room = asyncio.Event()
+        self._capacity = capacity or (lambda: concurrency)
         self.processed = 0
         self.failed = 0
         self._queue = queue
@@ -165,6 +175,11 @@ class JobPool:
         if self.processes is not None:
             await self.processes.close()
 
+    @property
+    def load(self) -> int:
+        """The capacity the held jobs take, in units of task size."""
+        return self.in_flight + self.extra_units
+
     def leases(self) -> list[tuple[str, str]]:
         """(job id, token) of every lease held; read by the heartbeat thread."""
         return [(i, r.ctx.token) for i, r in list(self.held.items())]
@@ -198,6 +213,9 @@ class JobPool:
         running = Running(ctx, timeout_ms / 1000 if timeout_ms > 0 else None, handler, problem)
         self.held[claimed.id] = running
         self.in_flight += 1
+        if handler is not None and handler.size > 1:
+            running.extra = handler.size - 1
+            self.extra_units += running.extra
         self._all_done.clear()
         if handler is not None and handler.batch_size is not None:
             self._batches.put(running)
@@ -210,6 +228,9 @@ class JobPool:
         while True:
             running = await inbox.get()
             try:
+                if running.extra:  # a heavy job: it starts when its size fits
+                    inbox.hand_on()
+                    await self._room_for(running)
                 if not running.ctx.lost:  # its lease may have gone while it waited
                     if self._hooks.on_run:
                         outcome = await self._execute_hooked(running)
@@ -225,7 +246,12 @@ class JobPool:
                 self.held.pop(running.ctx.id, None)
             finally:
                 self.in_flight -= 1
+                if running.extra:
+                    self.extra_units -= running.extra
+                    self._started_extra -= running.extra
                 self._freed.set()
+                if self._gated:
+                    self._room.set()
                 if not self.in_flight:
                     self._all_done.set()
 
@@ -250,6 +276,22 @@ class JobPool:
             )
         return outcome
 
+    async def _room_for(self, running: Running) -> None:
+        """Wait until the started jobs leave room for this one's size (or none
+        runs): the claim loop counts sizes, this keeps a claim's last heavy
+        job from starting beside more than the capacity."""
+        self._gated += 1
+        try:
+            while True:
+                started = self.in_flight - self._inbox.waiting - self._gated + self._started_extra
+                if started <= 0 or started + 1 + running.extra <= self._capacity():
+                    break
+                self._room.clear()
+                await self._room.wait()
+        finally:
+            self._gated -= 1
+        self._started_extra += running.extra
+
     def _settle(self, running: Running, outcome: Outcome) -> None:
         """A batch call ended for this job: its outcome to write (or none, its
         lease lost), and its slot free."""
@@ -259,7 +301,10 @@ class JobPool:
         else:
             self.held.pop(running.ctx.id, None)
         self.in_flight -= 1
+        self.extra_units -= running.extra
         self._freed.set()
+        if self._gated:
+            self._room.set()
         if not self.in_flight:
             self._all_done.set()
 
@@ -347,6 +392,7 @@ class JobPool:
         grace period, give back the rest at once, write every outcome."""
         unstarted = self._inbox.take_all() + self._batches.take_all()
         self.in_flight -= len(unstarted)
+        self.extra_units -= sum(r.extra for r in unstarted)
         await self._release(unstarted, started=False)
         if self.in_flight:
             waiting = asyncio.create_task(self._all_done.wait())

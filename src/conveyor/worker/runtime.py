@@ -37,6 +37,7 @@ from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.metrics import MetricsRecorder
 from conveyor.worker.pool import JobPool, log_failure
 from conveyor.worker.processes import PoolSettings
+from conveyor.worker.tuning import AutoConcurrency, Controller
 from conveyor.worker.waiting import Blocker, advance
 
 log = logging.getLogger("conveyor.worker")
@@ -62,9 +63,18 @@ class WorkerSettings:
     max_tasks_per_child: int | None = None  # recycle a child after this many jobs
     max_memory_per_child: int | None = None  # bytes: recycle after a job took its RSS past it
 
+    # --concurrency auto (worker/tuning.py): the limit follows the CPU, from
+    # min_concurrency up to max_concurrency (default: the larger of
+    # `concurrency` and 4 per CPU)
+    auto_concurrency: bool = False
+    min_concurrency: int = 1
+    max_concurrency: int | None = None
+
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ConfigurationError("concurrency must be at least 1")
+        if not 1 <= self.min_concurrency <= self.most_concurrency:
+            raise ConfigurationError("need 1 <= min_concurrency <= max_concurrency")
         if self.executor not in ("thread", "process"):
             raise ConfigurationError("executor must be 'thread' or 'process'")
         for name in ("processes", "max_tasks_per_child", "max_memory_per_child"):
@@ -73,6 +83,13 @@ class WorkerSettings:
                 raise ConfigurationError(f"{name} must be at least 1")
         if self.lease < 0.2:
             raise ConfigurationError("lease must be at least 0.2 s")
+
+    @property
+    def most_concurrency(self) -> int:
+        """The most jobs this worker ever runs at once."""
+        if not self.auto_concurrency:
+            return self.concurrency
+        return self.max_concurrency or max(self.concurrency, 4 * (os.cpu_count() or 1))
 
     @property
     def beat_every(self) -> float:
@@ -103,6 +120,8 @@ class Worker:
         self._wait_task: asyncio.Task[Any] | None = None
         self._wake_task: asyncio.Future[None] | None = None
         self._suspect: str | None = None  # a job that stalled before, running here
+        self._auto = self._auto_concurrency()
+        self._largest = max([1, *(t.size for t in self.handlers.values())])
         self._side_tasks: set[asyncio.Future[Any]] = set()
 
     # --- public ----------------------------------------------------------------
@@ -163,11 +182,12 @@ class Worker:
             queue,
             worker_id=self.id,
             handlers=self.handlers,
-            concurrency=self.settings.concurrency,
+            concurrency=self.settings.most_concurrency,
             lease=self.settings.lease,
             freed=self._slot_freed,
             hooks=hooks,
             processes=self._pool_settings(),
+            capacity=self._capacity,
         )
         self._jobs = jobs
         beat_wire = None if endpoint is None else SyncWire(endpoint)
@@ -197,6 +217,13 @@ class Worker:
             call_hooks(hooks.worker_stop, self.id, queue.name)
 
     # --- set-up ------------------------------------------------------------------
+
+    def _auto_concurrency(self) -> AutoConcurrency | None:
+        s = self.settings
+        if not s.auto_concurrency:
+            return None
+        controller = Controller(low=s.min_concurrency, high=s.most_concurrency)
+        return AutoConcurrency(controller, lambda: self._in_flight)
 
     def _pool_settings(self) -> PoolSettings:
         s = self.settings
@@ -261,7 +288,7 @@ class Worker:
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
                 "queue": self.tasks.queue_name,
-                "concurrency": self.settings.concurrency,
+                "concurrency": self._capacity(),
                 "started_at": self._started,
                 "tasks": sorted(self.handlers),
                 "failures": self.settings.failures,
@@ -290,7 +317,15 @@ class Worker:
     async def _serve(self, jobs: JobPool) -> None:
         await jobs.open()
         jobs.start(self._died)
-        await self._claim_loop()
+        tuner = None
+        if self._auto is not None:
+            tuner = asyncio.create_task(self._auto.run())
+            tuner.add_done_callback(log_failure)
+        try:
+            await self._claim_loop()
+        finally:
+            if tuner is not None:
+                tuner.cancel()
         await jobs.shut_down(grace=self.settings.grace, hard_stop=self._hard_stop)
 
     @property
@@ -307,21 +342,23 @@ class Worker:
         self.stop()
 
     async def _claim_loop(self) -> None:
-        concurrency = self.settings.concurrency
-        low_water = max(1, concurrency // 2)
         delay = 0.05
         while not self._stopping:
             if self._suspect is not None:  # it runs alone: no claims beside it
                 await self._until_idle()
                 continue
-            free = concurrency - self._in_flight
+            concurrency = self._capacity()
+            low_water = max(1, concurrency // 2)
+            free = concurrency - self._load
             if free < low_water and self._in_flight:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
             try:
-                reply = await self._claim(free)
+                reply = await self._claim(self._claim_count(free))
                 delay = 0.05
+                if self._auto is not None:
+                    self._auto.saw(self._in_flight)
             except (ConveyorError, redis.RedisError) as exc:
                 # never exit on a failed claim: Redis may be back, or the
                 # script refused one bad record and the next call goes on
@@ -339,6 +376,20 @@ class Worker:
             if self.settings.burst and self._drained(reply):
                 return
             await self._wait_for_work(reply)
+
+    @property
+    def _load(self) -> int:
+        """The capacity taken by held jobs (units of task size)."""
+        return 0 if self._jobs is None else self._jobs.load
+
+    def _claim_count(self, free: int) -> int:
+        """Jobs to claim for `free` units: as many as fit if all were of
+        the largest size (so a claim overshoots by one job at most)."""
+        return max(1, free // self._largest)
+
+    def _capacity(self) -> int:
+        """How many jobs (units of task size) may run here now."""
+        return self.settings.concurrency if self._auto is None else self._auto.limit
 
     async def _until_idle(self) -> None:
         """Wait until no job runs here (or the worker stops)."""
@@ -421,7 +472,7 @@ class Worker:
         restart, say) is simply left to the next claim of the loop."""
         keys = self._queue.core.keys
         pop = (keys.marker, keys.wake(self.id), timeout)
-        call = self._claim_call(max(1, self.settings.concurrency - self._in_flight))
+        call = self._claim_call(self._claim_count(self._capacity() - self._load))
         script = self._queue.core.scripts["claim"]
         replies = await self._blocker.bzpopmin_then(pop, script.sha, call)
         if replies is None:
