@@ -115,11 +115,17 @@ def soak(
     )
     # retention runs out: every job record expires; only the queue's fixed keys remain
     fixed = {keys.events, keys.completed, keys.failed, keys.ready, keys.scheduled, keys.active,
-             keys.marker, keys.blocked}  # fmt: skip
+             keys.marker, keys.blocked, keys.totals}  # fmt: skip
     fixed_b = {k.encode() for k in fixed}
+    # the metrics history: one hash per hour, each expiring a week after its last write
+    # (checked below: a history key without a TTL fails "no key without a TTL")
+    history = (f"{keys.base}metrics:".encode(), f"{keys.base}timings:".encode())
 
     def back_to_baseline() -> bool:
-        return not [k for k in _keys(client) if k not in baseline and k not in fixed_b]
+        return not [
+            k for k in _keys(client)
+            if k not in baseline and k not in fixed_b and not k.startswith(history)
+        ]  # fmt: skip
 
     # a finished record is deleted by a sweep (each worker's beat sweeps a batch) once its
     # retention ran out, or expires by itself EXPIRY_GRACE (60 s) later, whichever is first

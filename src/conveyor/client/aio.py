@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -133,7 +134,9 @@ class AsyncQueue:
                 log.warning("%s", warning)
             await self.client.hsetnx(self.core.keys.meta, "version", PROTOCOL_VERSION)
             if self.route is None and not self.core.failures:  # a cluster has no one slot for it
-                await self.client.sadd(queue_registry(self.core.settings.prefix), self.name)
+                # the registry is outside the queue's keys: an ACL user may not reach it
+                with contextlib.suppress(redis.exceptions.NoPermissionError):
+                    await self.client.sadd(queue_registry(self.core.settings.prefix), self.name)
             self.core.check_protocol(await self.client.hget(self.core.keys.meta, "version"))
         self._checked = True
 

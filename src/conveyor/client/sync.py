@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -131,7 +132,9 @@ class Queue:
                 log.warning("%s", warning)
             self.client.hsetnx(self.core.keys.meta, "version", PROTOCOL_VERSION)
             if self.route is None and not self.core.failures:  # a cluster has no one slot for it
-                self.client.sadd(queue_registry(self.core.settings.prefix), self.name)
+                # the registry is outside the queue's keys: an ACL user may not reach it
+                with contextlib.suppress(redis.exceptions.NoPermissionError):
+                    self.client.sadd(queue_registry(self.core.settings.prefix), self.name)
             self.core.check_protocol(self.client.hget(self.core.keys.meta, "version"))
         self._checked = True
 
