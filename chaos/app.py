@@ -19,6 +19,7 @@ A job's data says what its handler does (every key optional):
     retry_in   on the first attempt raise with ``retry_at = time.time() + retry_in``
                (the worker's own, possibly skewed, clock)
     result_kb  return a result of about this many KiB
+    eat_mb     (work_process) take this many MiB of resident memory for a moment
 """
 
 from __future__ import annotations
@@ -129,6 +130,22 @@ def work_sync(data: Any) -> dict[str, Any]:
     if spec.get("die_after"):
         time.sleep(float(spec["die_after"]))
         _die()
+    if spec.get("cpu"):
+        _burn(float(spec["cpu"]))
+    if sleep:
+        time.sleep(sleep)
+    return _finish(spec)
+
+
+@tasks.task(executor="process")
+def work_process(data: Any) -> dict[str, Any]:
+    """work_sync in a child process of the worker (process execution)."""
+    spec, sleep = _plan(data)
+    if spec.get("eat_mb"):
+        block = bytearray(int(spec["eat_mb"]) << 20)
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+        del block
     if spec.get("cpu"):
         _burn(float(spec["cpu"]))
     if sleep:

@@ -40,6 +40,7 @@ MODULES = (
     "security",
     "cluster",
     "soak",
+    "execution",
 )
 
 

@@ -155,7 +155,7 @@ class JobPool:
     async def open(self) -> None:
         """Start the child processes, if any handler runs in one."""
         if self.processes is not None:
-            await self.processes.start()
+            self.processes.start()
 
     def start(self, on_died: Callable[[asyncio.Task[None]], None]) -> None:
         """Start the runners and the ack writer; `on_died` if one ends."""

@@ -239,8 +239,10 @@ class ProcessPool:
         self._background: set[asyncio.Task[None]] = set()
         self._closing = False
 
-    async def start(self) -> None:
-        await asyncio.gather(*(self._add_child() for _ in range(self.settings.size)))
+    def start(self) -> None:
+        """Start the children in the background: a job waits for the first."""
+        for _ in range(self.settings.size):
+            self._background_task(self._add_child())
 
     @property
     def pids(self) -> list[int]:

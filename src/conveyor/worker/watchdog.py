@@ -52,6 +52,10 @@ class Stalls:
 
     def __init__(self, keep: int = 256) -> None:
         self._stalls: deque[Stall] = deque(maxlen=keep)
+        # the stall going on, as the watchdog sees it: a job's step that runs
+        # right after another's long one (both queued before the watchdog's
+        # ping) must count it before the ping is answered
+        self.current: Callable[[], Stall | None] = lambda: None
 
     def add(self, stall: Stall) -> None:
         self._stalls.append(stall)
@@ -60,7 +64,8 @@ class Stalls:
         """Seconds within [since, until] the loop was blocked by other jobs'
         handlers (or by something unknown): time this job could not run."""
         total = 0.0
-        for stall in self._stalls:
+        current = self.current()
+        for stall in self._stalls if current is None else [*self._stalls, current]:
             if stall.job_id != job_id:
                 total += max(0.0, min(stall.end, until) - max(stall.start, since))
         return total
@@ -84,6 +89,7 @@ class LoopWatchdog(threading.Thread):
         self.loop = loop
         self.loop_thread = threading.get_ident()  # built on the loop's thread
         self.stalls = Stalls()
+        self.stalls.current = self._current
         self._handlers = handlers
         self._busy = busy
         self._execute_code = execute_code
@@ -135,6 +141,15 @@ class LoopWatchdog(threading.Thread):
                 late,
                 culprit or "code outside any handler",
             )
+
+    def _current(self) -> Stall | None:
+        """The stall going on now, if the ping is late enough to be one."""
+        now = time.monotonic()
+        with self._lock:
+            sent, culprit = self._sent, self._culprit
+        if sent is None or now - sent < STALL_MIN:
+            return None
+        return Stall(sent, now, culprit.job_id if culprit else None)
 
     def _pong(self, sent: float) -> None:
         """On the loop: the ping arrived; a late one was a stall."""
