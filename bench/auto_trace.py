@@ -1,32 +1,56 @@
-"""Record --concurrency auto readings from a real worker on this machine:
-CPU jobs in child processes beside I/O jobs. Prints JSON of (limit, host, own, running)."""
-import json, socket, subprocess, sys, threading, time
-sys.path[:0] = ["tests", "src"]
-from conveyor.client.tasks import Tasks
+"""Record what `--concurrency auto` reads on this machine, for the controller's tests:
+
+    python -m bench.auto_trace [seconds] > tests/worker/data/auto_trace_<what>.json
+
+A worker (in this process, on a thread) drains a CPU/IO mix of bench/execution_tasks.py
+(a quarter CPU jobs in two children, the rest asyncio sleeps); prints its controller's
+readings as JSON rows `[new limit, host CPU, own CPU, running]`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from conveyor.integrations.redis_server import RedisProcess
 from conveyor.worker import Worker, WorkerSettings
-from support import process_app
-from support.workers import RunningWorker
 
 
-def main():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
-    time.sleep(0.5)
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        tasks = Tasks("trace", url=url)
-        tasks.handlers.update(process_app.tasks.handlers)
-        q = tasks.queue()
-        q.enqueue_many([("cpu", 300_000) if i % 4 == 0 else ("sleeps", 0.05) for i in range(3000)])
-        w = RunningWorker(Worker(tasks, url=url, settings=WorkerSettings(
-            auto_concurrency=True, min_concurrency=1, max_concurrency=12, processes=2, idle_wait=30)))
-        time.sleep(float(sys.argv[1]) if len(sys.argv) > 1 else 15)
-        auto = w.worker._auto
-        trace = [[limit, round(r.host, 3), round(r.own, 3), r.running] for _, limit, r in auto.history]
-        w.stop()
-        print(json.dumps(trace))
-    finally:
-        server.terminate()
+def main(seconds: float) -> None:
+    with tempfile.TemporaryDirectory() as work:
+        server = RedisProcess(data_dir=Path(work) / "redis").start()
+        os.environ["BENCH_REDIS_URL"] = server.url
+        os.environ["BENCH_MARK_URL"] = server.url.rsplit("/", 1)[0] + "/1"
+        from bench.execution_tasks import tasks
 
-if __name__ == '__main__':
-    main()
+        try:
+            tasks.queue().enqueue_many(
+                [("cpu" if i % 4 == 0 else "io", None) for i in range(20_000)]
+            )
+            settings = WorkerSettings(
+                auto_concurrency=True, min_concurrency=1, max_concurrency=12, processes=2
+            )
+            worker = Worker(tasks, url=server.url, settings=settings)
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_until_complete, args=(worker.run(),))
+            thread.start()
+            time.sleep(seconds)
+            loop.call_soon_threadsafe(worker.stop)
+            loop.call_soon_threadsafe(worker.stop)
+            thread.join(60)
+            assert worker._auto is not None
+            rows = [[limit, round(r.host, 3), round(r.own, 3), r.running]
+                    for _, limit, r in worker._auto.history]  # fmt: skip
+            print(json.dumps(rows))
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main(float(sys.argv[1]) if len(sys.argv) > 1 else 15.0)

@@ -149,3 +149,14 @@ def test_the_cli_worker_runs_sync_handlers_in_children(
     pids = [sync_queue.wait_result(j.id, timeout=5)["pid"] for j in jobs]
     assert proc.pid not in pids
     assert pids[0] == pids[1] == pids[2] != pids[3] == pids[4]  # recycled after 3
+
+
+def test_the_timeout_counts_from_when_a_child_takes_the_job(
+    tasks: Tasks, sync_queue: Queue, worker_runner: WorkerRunner
+) -> None:
+    worker = worker_runner.start(tasks, concurrency=2, processes=1)
+    wait_until(lambda: len(_pids(worker)) == 1, timeout=30)
+    first = sync_queue.enqueue("sleeps", 1.5, timeout=10)
+    behind = sync_queue.enqueue("sleeps", 0.1, timeout=0.8)  # waits ~1.5 s for the child
+    assert sync_queue.wait_result(behind.id, timeout=30) in _pids(worker)
+    assert sync_queue.wait_result(first.id, timeout=30) in _pids(worker)

@@ -79,7 +79,7 @@ def test_it_holds_in_the_band_and_without_demand() -> None:
 
 
 def test_readings_recorded_on_a_saturated_host_keep_it_at_its_minimum() -> None:
-    """A real trace (bench/auto_trace.py, 2 cores that other processes kept at
+    """A real trace (`python -m bench.auto_trace`, 2 cores that other processes kept at
     100%, the worker's own share about 5%): however little its jobs cost, a
     host over the target gets no more work from this worker."""
     trace = json.loads(

@@ -53,6 +53,8 @@ class Running:
     in_process: bool = False  # run by a child process, which gives the outcome itself
     aborted: bool = False  # a client aborted it (Queue.abort): it fails for good
     extra: int = 0  # its task's size - 1: the capacity it takes beyond one slot
+    # a process run's deadline, armed when a child takes the job (not while it waits for one)
+    deadline: Deadline | None = None
 
 
 class Processes(Protocol):
@@ -133,7 +135,10 @@ async def execute(
             try:
                 async with asyncio.timeout(None) as scope:
                     running.scope = scope
-                    deadline.arm(loop)
+                    if running.in_process:
+                        running.deadline = deadline
+                    else:
+                        deadline.arm(loop)
                     result = await result
             finally:
                 deadline.disarm()
@@ -196,6 +201,11 @@ class Deadline:
         if self.stalls is not None:
             credit = self.stalls.credit(self.running.ctx.id, self.started, now)
         return self.started + timeout + credit
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The run starts now (a child took it): count from here."""
+        self.started = loop.time()
+        self.arm(loop)
 
     def arm(self, loop: asyncio.AbstractEventLoop) -> None:
         due = self.due(loop.time())

@@ -251,6 +251,8 @@ class ProcessPool:
     async def run(self, running: Running) -> Outcome:
         """Run the job in a child; a cancellation terminates the child."""
         child = await self._acquire()
+        if running.deadline is not None:  # the timeout counts from here, not from the wait
+            running.deadline.start(asyncio.get_running_loop())
         ctx = running.ctx
         order = Order(_module_of(running.handler), ctx.task, _is_failure(running), _fields(ctx))
         try:
