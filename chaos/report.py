@@ -14,7 +14,7 @@ from chaos.__main__ import RESULTS
 
 def table(summary: dict) -> str:  # type: ignore[type-arg]
     lines = [
-        "| # | scenario | jobs | lost | duplicates | unexpected | kills | max recovery s | "
+        "| # | scenario | jobs | lost (bound) | duplicates | unexpected | kills | max recovery s | "
         "result |",
         "|--:|---|--:|--:|--:|--:|--:|--:|---|",
     ]
@@ -23,7 +23,8 @@ def table(summary: dict) -> str:  # type: ignore[type-arg]
         failed = [c["what"] for c in e["checks"] if not c["ok"]]
         verdict = "pass" if e["passed"] else "**fail**: " + "; ".join(failed)
         lines.append(
-            f"| {e['number']} | {e['name']} | {e['jobs']:,} | {e['lost']} | {e['duplicates']} | "
+            f"| {e['number']} | {e['name']} | {e['jobs']:,} | {e['lost']} "
+            f"({e.get('lost_bound', 0)}) | {e['duplicates']} | "
             f"{e['unexpected']} | {e['kills']} | {rec} | {verdict} |"
         )
     return "\n".join(lines)

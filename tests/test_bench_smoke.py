@@ -99,3 +99,17 @@ def test_the_single_enqueue_scenarios_run_as_one_shuffled_block_with_their_own_r
         tuple(sy for r, sc, sy in runs if r == rep and sc in ENQUEUE_SINGLE) for rep in range(5)
     }
     assert len(orders) > 1  # shuffled afresh each rep
+
+
+@pytest.mark.timeout(90)
+def test_the_flows_bench_runs_on_a_tiny_n(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench.flows import main as flows_main
+
+    monkeypatch.setattr(sys, "argv", ["flows", "--children", "60", "--chains", "15"])
+    flows_main()
+    out = capsys.readouterr().out
+    for what in ("plain jobs", "fan-out of 60 + fan-in", "15 chains of 4 steps"):
+        assert f"conveyor  {what}" in out
+    assert "a plain job's Redis time" in out

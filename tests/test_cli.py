@@ -21,7 +21,7 @@ def test_enqueue_and_info(redis_url: str, queue_name: str) -> None:
         main, ["enqueue", queue_name, "send", '{"to": "a"}', "--url", redis_url, "--id", "j1"]
     )
     assert done.exit_code == 0, done.output
-    assert json.loads(done.output) == {"id": "j1", "outcome": "created", "state": "waiting"}
+    assert json.loads(done.stdout) == {"id": "j1", "outcome": "created", "state": "waiting"}
     info = runner.invoke(main, ["info", queue_name, "--url", redis_url])
     assert info.exit_code == 0, info.output
     report = json.loads(info.output)

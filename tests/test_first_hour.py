@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -150,3 +154,150 @@ def test_conveyor_redis_adopts_and_stop_ends_a_server_a_worker_started(
     assert stopped.exit_code == 0 and "stopped" in stopped.output
     assert running_url() is None and not socket_path_for(data_dir).exists()
     assert "none ran" in runner.invoke(main, ["redis", "--stop"]).output
+
+
+# ----------------------------------------------------------------- the CLI's messages
+
+
+def test_enqueue_with_data_that_is_not_json_says_how_to_quote(redis_url: str) -> None:
+    done = CliRunner().invoke(main, ["enqueue", "q", "t", "abc", "--url", redis_url, "--force"])
+    assert done.exit_code == 2
+    assert "not JSON" in done.output and "'\"abc\"'" in done.output
+    assert "Traceback" not in done.output
+
+
+def test_enqueue_refuses_a_task_no_live_worker_runs(
+    redis_url: str, queue_name: str, worker_runner: Any
+) -> None:
+    tasks = Tasks(queue_name, url=redis_url)
+
+    @tasks.task
+    async def known(data: None) -> None: ...
+
+    handle = worker_runner.start(tasks)
+    try:
+        with Queue(queue_name, url=redis_url) as queue:
+            wait_until(lambda: queue.workers(), timeout=30)
+            runner = CliRunner()
+            refused = runner.invoke(main, ["enqueue", queue_name, "nosuch", "--url", redis_url])
+            assert refused.exit_code == 2, refused.output
+            assert "no live worker" in refused.output and "known" in refused.output
+            assert sum(queue.counts().values()) == 0  # nothing written
+            forced = runner.invoke(
+                main, ["enqueue", queue_name, "nosuch", "--url", redis_url, "--force"]
+            )
+            assert forced.exit_code == 0, forced.output
+    finally:
+        handle.stop()
+
+
+def test_enqueue_without_live_workers_warns(redis_url: str, queue_name: str) -> None:
+    done = CliRunner().invoke(main, ["enqueue", queue_name, "t", "--url", redis_url])
+    assert done.exit_code == 0, done.output
+    assert "warning: no live worker" in done.output
+
+
+def test_a_negative_priority_is_refused_as_out_of_range(redis_url: str) -> None:
+    done = CliRunner().invoke(
+        main, ["enqueue", "q", "t", "--url", redis_url, "--force", "--priority", "-5"]
+    )
+    assert done.exit_code != 0
+    assert "-5" in str(done.exception) or "-5" in done.output
+    assert "priority" in (str(done.exception) + done.output)
+    assert "unknown priority" not in (str(done.exception) + done.output).lower()
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("redis://localhost:notaport", "not a valid Redis URL"),
+        ("http://user:secret@example.com", "not a Redis URL"),
+    ],
+)
+def test_urls_that_are_not_redis_get_a_clear_message(url: str, expected: str) -> None:
+    proc = subprocess.run(
+        [*CLI, "info", "q", "--url", url], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2
+    assert expected in proc.stderr and "Traceback" not in proc.stderr
+    assert "secret" not in proc.stderr
+
+
+def test_a_port_that_is_not_redis_gets_a_clear_message() -> None:
+    with socket.socket() as listener:  # answers like a non-Redis server would
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+
+        def greet() -> None:
+            with contextlib.suppress(OSError):
+                while True:
+                    conn, _ = listener.accept()
+                    conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+                    conn.close()
+
+        threading.Thread(target=greet, daemon=True).start()
+        proc = subprocess.run(
+            [*CLI, "info", "q", "--url", f"redis://127.0.0.1:{port}/0"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "not Redis at all" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_worker_refuses_a_negative_grace() -> None:
+    done = CliRunner().invoke(main, ["worker", "kill_app:tasks", "--grace", "-5"])
+    assert done.exit_code == 2 and "--grace" in done.output
+
+
+def test_an_import_error_inside_the_module_keeps_its_traceback(tmp_path: Path) -> None:
+    (tmp_path / "broken_app.py").write_text("import not_installed_anywhere\n")
+    proc = subprocess.run(
+        [*CLI, "worker", "broken_app:tasks", "--url", "redis://127.0.0.1:1/0"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "Traceback" in proc.stderr and 'broken_app.py", line 1' in proc.stderr
+    assert "not_installed_anywhere" in proc.stderr
+    missing = subprocess.run(
+        [*CLI, "worker", "no_such_app:tasks"], capture_output=True, text=True, timeout=60,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert missing.returncode == 2 and "no module 'no_such_app'" in missing.stderr
+
+
+def test_version() -> None:
+    done = CliRunner().invoke(main, ["--version"])
+    assert done.exit_code == 0 and done.output.startswith("conveyor ")
+
+
+# ----------------------------------------------------------------- packaging
+
+
+def test_the_version_has_one_source() -> None:
+    import conveyor
+
+    assert conveyor.__version__ == importlib.metadata.version("conveyor")
+    assert CliRunner().invoke(main, ["--version"]).output.strip().endswith(conveyor.__version__)
+
+
+def test_the_license_file_matches_the_metadata() -> None:
+    root = Path(__file__).resolve().parents[1]
+    assert (root / "LICENSE").read_text().startswith("MIT License")
+    metadata = importlib.metadata.metadata("conveyor")
+    assert "License :: OSI Approved :: MIT License" in metadata.get_all("Classifier", [])
+
+
+def test_the_cli_starts_without_fcntl() -> None:
+    """Windows has no fcntl: only the embedded Redis needs it, not the CLI."""
+    script = (
+        "import sys; sys.modules['fcntl'] = None\n"
+        "from conveyor.integrations.cli import main\n"
+        "main(['--version'])\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("conveyor ")

@@ -1,4 +1,4 @@
-"""Shared bits of the bug reproductions (NOTES-for-lead.md). Run from the repo root:
+"""Shared bits of the bug reproductions (docs/reliability.md §6). Run from the repo root:
 ``.venv/bin/python chaos/repro/b4.py``. Each starts its own private redis-server."""
 
 from __future__ import annotations

@@ -39,8 +39,10 @@ MODULES = (
     "network",
     "security",
     "cluster",
+    "flows",
     "soak",
     "execution",
+    "round2",
 )
 
 

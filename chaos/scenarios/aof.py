@@ -1,9 +1,9 @@
-"""Scenarios 6 and 7: Redis killed with its AOF cut back to what was on disk, with
-`appendfsync always` (nothing acknowledged lost) and `everysec` (at most the last second)."""
+"""Scenarios 6 and 7: Redis SIGKILLed under load and restarted on the files it left, with
+`appendfsync always` (nothing acknowledged lost) and `everysec` (measured against its
+documented bound). The harness never touches the AOF: what survives is Redis's own doing."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from typing import Any
@@ -13,8 +13,14 @@ from chaos.checker import Result, tally
 from chaos.harness import Enqueue, Scene, admin, idle, wait_until
 from chaos.scenarios import scenario
 
+# What Redis's documentation promises an acknowledged write survives when the Redis
+# *process* is killed (no OS crash): with `always`, everything (write and fsync before the
+# reply); with `everysec`, everything that was written before the reply, which is everything
+# unless a slow background fsync made Redis postpone its write, for at most 2 s.
+LOSS_WINDOW_S = {"always": 0.0, "everysec": 2.0}
 
-def _aof_cut(
+
+def _aof_kill(
     scene: Scene,
     r: Result,
     *,
@@ -25,9 +31,10 @@ def _aof_cut(
     workers: int,
     concurrency: int,
 ) -> None:
-    """Stream jobs, SIGKILL Redis mid-stream, cut its AOF (`always`: to the size at the last
-    acknowledged enqueue; `everysec`: to the size one second before the kill, what an OS crash
-    loses at most), restart it on the same files, and let everyone carry on."""
+    """Stream jobs, SIGKILL Redis mid-stream, restart it on the files it left (the harness
+    does not touch them), and let everyone carry on. What survived is measured against the
+    documented bound: the jobs acknowledged in the last LOSS_WINDOW_S[fsync] s before the
+    kill are all that may be lost; r.lost_bound is their number."""
     from chaos.harness import aof_incr_file, file_size
 
     server = scene.server(
@@ -36,7 +43,6 @@ def _aof_cut(
     )  # fmt: skip
     url = server.url
     incr = aof_incr_file(server)
-    r.check("the AOF file to cut was found", incr is not None, server.data_dir)
     pool = scene.workers(url, workers, concurrency=concurrency, lease=lease)
     pool.start()
     r.check("workers ready", pool.wait_ready(20))
@@ -55,53 +61,44 @@ def _aof_cut(
     killed_at = time.monotonic()
     server.kill()
     scene.ledger.record("kill", "redis", 0, "SIGKILL", pid=0)
-    acks = [e for e in ledger.read(scene.ledger_path) if e.kind == "enq" and e.mono <= killed_at]
-    if fsync == "always":
-        cut_entry = acks[-1]
-    else:
-        before = [e for e in acks if e.mono <= killed_at - 1.0]
-        cut_entry = before[-1] if before else acks[0]
-    cut = int(cut_entry.extra)
-    full_size = file_size(incr)
-    assert incr is not None
-    os.truncate(incr, cut)
+    aof_at_kill = file_size(incr)
     server.start()
     restarted_at = time.monotonic()
-    r.check("Redis restarted on the cut AOF", server.running, server.log_tail(5))
+    r.check("Redis restarted on the files it left", server.running, server.log_tail(5))
     feeder.join(timeout=window + 90)
     client = admin(url)
     done = wait_until(idle(client, "chaos"), 60, 0.1)
     r.check("all surviving jobs finished after the restart", done)
     entries = list(ledger.read(scene.ledger_path))
     t = tally(entries, client, "chaos")
-    kept = {e.id for e in entries if e.kind == "enq" and e.mono <= cut_entry.mono}
-    # the window: acknowledged after the cut by a call sent before the kill (its ack may be
-    # recorded a little after the kill when the machine is busy: it still came from the old
-    # server); a call sent after the kill was answered by the restarted server
-    window_ids = {
-        e.id
+    # acknowledged by the old server: a call sent before the kill (its ack may be recorded a
+    # little after it on a busy machine); a call sent after it was answered by the new one
+    old_server = {
+        e.id: e.mono
         for e in entries
-        if e.kind == "enq"
-        and cut_entry.mono < e.mono
-        and producer.sent_at.get(e.id, e.mono) <= killed_at
+        if e.kind == "enq" and producer.sent_at.get(e.id, e.mono) <= killed_at
     }
-    lost_before_cut = sorted(set(t.lost) & kept)
+    span = LOSS_WINDOW_S[fsync]
+    # (span 0, `always`: none; an ack recorded just after the kill was still fsynced first)
+    window_ids = {i for i, acked in old_server.items() if span and acked >= killed_at - span}
     lost_in_window = sorted(set(t.lost) & window_ids)
-    lost_elsewhere = sorted(set(t.lost) - kept - window_ids)
+    lost_elsewhere = sorted(set(t.lost) - window_ids)
     r.absorb(t)
     r.kills = 1
+    r.lost_bound = len(window_ids)
     firsts = [min(f.mono for f in fs) for fs in t.finishes.values()]
     resumed = min((m for m in firsts if m > restarted_at), default=None)
     r.max_recovery_s = None if resumed is None else resumed - restarted_at
+    last_second = sum(1 for acked in old_server.values() if acked >= killed_at - 1.0)
     r.metrics.update(
         appendfsync=fsync,
-        aof_bytes_at_kill=full_size,
-        aof_cut_to=cut,
-        bytes_cut=full_size - cut,
-        acked_before_cut=len(kept),
-        acked_in_cut_window=len(window_ids),
-        cut_window_s=round(killed_at - cut_entry.mono, 3),
-        lost_in_cut_window=len(lost_in_window),
+        aof_bytes_at_kill=aof_at_kill,
+        acked_by_old_server=len(old_server),
+        acked_in_last_second_before_kill=last_second,
+        loss_window_s=span,
+        lost_bound=len(window_ids),
+        lost_in_window=len(lost_in_window),
+        lost_outside_window=len(lost_elsewhere),
         vanished_after_running=len([j for j in t.lost if j in t.finishes]),
         enqueue_errors_during_outage=len(producer.errors),
         unsure_enqueues=producer.unsure,
@@ -117,11 +114,16 @@ def _aof_cut(
         f"{len(producer.acked)}/{jobs}",
     )
     r.check(
-        "0 lost among jobs acknowledged before the cut point",
-        not lost_before_cut,
-        lost_before_cut[:10],
+        "the kill came mid-stream: enqueues acknowledged in the second before it",
+        last_second > 0,
+        last_second,
     )
-    r.check("0 lost outside the cut window", not lost_elsewhere, lost_elsewhere[:10])
+    r.check(
+        f"lost <= the documented bound: jobs acknowledged in the last {span:g} s before the "
+        f"kill (appendfsync {fsync}, a process crash)",
+        r.lost <= r.lost_bound and not lost_elsewhere,
+        f"lost {r.lost}, bound {r.lost_bound}; outside the window: {lost_elsewhere[:10]}",
+    )
     r.check("0 unexpected", not t.unexpected, t.unexpected[:10])
     r.check("0 completions accepted twice", not t.double_acks, t.double_acks[:10])
     r.check(
@@ -139,13 +141,13 @@ def _aof_cut(
 @scenario(
     6,
     "redis-kill-aof-always",
-    "Redis SIGKILLed, AOF (appendfsync always) cut at the last acknowledged write: 0 lost",
+    "Redis SIGKILLed under load, AOF with appendfsync always, restarted on its files: 0 lost",
     full=dict(window=10.0, jobs=5_000, lease=2.0, workers=2, concurrency=8),
     bounded=dict(window=4.0, jobs=1_000, lease=2.0, workers=2, concurrency=8),
 )
 def aof_always(scene: Scene, **params: Any) -> Result:
     r = Result("redis-kill-aof-always")
-    _aof_cut(scene, r, fsync="always", **params)
+    _aof_kill(scene, r, fsync="always", **params)
     r.check("0 acknowledged jobs lost", r.lost == 0, r.lost)
     return r
 
@@ -153,17 +155,12 @@ def aof_always(scene: Scene, **params: Any) -> Result:
 @scenario(
     7,
     "redis-kill-aof-everysec",
-    "The same with appendfsync everysec, the AOF cut to its size 1 s before the kill: the loss "
-    "is confined to that last second",
+    "The same with appendfsync everysec: the loss, a figure, within the documented bound (the "
+    "jobs acknowledged in the last 2 s before the kill)",
     full=dict(window=10.0, jobs=5_000, lease=2.0, workers=2, concurrency=8),
     bounded=dict(window=4.0, jobs=1_000, lease=2.0, workers=2, concurrency=8),
 )
 def aof_everysec(scene: Scene, **params: Any) -> Result:
     r = Result("redis-kill-aof-everysec")
-    _aof_cut(scene, r, fsync="everysec", **params)
-    r.check(
-        "some acknowledged jobs fell in the cut window (the test cut something)",
-        r.metrics.get("acked_in_cut_window", 0) > 0,
-        r.metrics.get("acked_in_cut_window"),
-    )
+    _aof_kill(scene, r, fsync="everysec", **params)
     return r

@@ -135,7 +135,7 @@ def child_memory(scene: Scene, *, jobs: int, eaters: int, mib: int, limit_mib: i
     r.check("worker announced itself", pool.wait_ready(30))
     every = max(1, jobs // eaters)
     work = [
-        Enqueue(f"m{i:04d}", "work_process", {"eat_mb": mib} if i % every == 0 else {"s": 0.01})
+        Enqueue(f"m{i:04d}", "work_process", {"hold_mb": mib} if i % every == 0 else {"s": 0.01})
         for i in range(jobs)
     ]
     scene.producer(url).send_until_acked(work, 10)
@@ -146,7 +146,7 @@ def child_memory(scene: Scene, *, jobs: int, eaters: int, mib: int, limit_mib: i
     _common_checks(r, client, scene, ids)
     with Queue("chaos", url=url) as queue:
         pids = {queue.wait_result(i, timeout=5)["pid"] for i in ids}
-    eaten = len([j for j in work if j.data.get("eat_mb")])
+    eaten = len([j for j in work if j.data.get("hold_mb")])
     r.check(
         f"children recycled after the {eaten} jobs over the limit",
         len(pids) > 2 + eaten // 2,

@@ -180,6 +180,8 @@ def soak(
     missing = jobs - len(finishes)
     twice = sum(1 for n in finishes.values() if n > 1)
     r.check("every job ran (ledger)", missing == 0, missing)
+    # no fault is injected here: a job whose handler ran to its end twice is a defect
+    r.check("0 duplicates: no job ran to its end twice (no fault was injected)", twice == 0, twice)
     r.jobs = jobs
     r.lost = missing
     r.duplicates = twice

@@ -44,16 +44,29 @@ class RunningJob(Protocol):
     def worker_id(self) -> str: ...
     @property
     def waited(self) -> float | None: ...  # s from enqueue to start, first attempts
+    @property
+    def headers(self) -> dict[str, str] | None: ...  # given at enqueue (options["headers"])
 
 
 class Hook:
     """Override the methods you need."""
 
-    def before_enqueue(
-        self, queue: str, task: str, data: Any, options: dict[str, Any]
-    ) -> None:
+    def before_enqueue(self, queue: str, task: str, data: Any, options: dict[str, Any]) -> None:
         """Before a job is enqueued (`enqueue`, `enqueue_many`, `Task.enqueue`);
         `options` may be changed here and the enqueue uses them."""
+
+    def after_enqueue(
+        self,
+        queue: str,
+        task: str,
+        options: dict[str, Any],
+        *,
+        job_id: str | None,
+        error: BaseException | None,
+    ) -> None:
+        """After every enqueue whose before_enqueue was called, with the
+        same `options`: `job_id` once the job has one, `error` if the enqueue
+        raised (then the job may or may not be in Redis: see the error)."""
 
     def worker_start(self, worker_id: str, queue: str) -> None:
         """A worker connected and is about to claim its first jobs."""
@@ -74,6 +87,10 @@ class Hook:
     ) -> None:
         """The handler raised `exc` (None when the job could not run at all:
         an unknown task, undecodable data); `error` is the text stored."""
+
+    def after_stopped(self, job: RunningJob, *, duration: float) -> None:
+        """The handler was stopped, and its outcome will not be written: the
+        lease was lost, or the worker gave the job back at shutdown."""
 
     def on_completed(self, job: RunningJob) -> None:
         """The job's success was recorded in Redis."""
@@ -100,9 +117,10 @@ class Hooks:
     """Installed hooks: per event, the methods that hooks override, in
     order, so an event no hook handles costs one falsy test."""
 
-    __slots__ = ("hooks", "before_enqueue", "worker_start", "worker_stop", "before_run",
-                 "after_success", "after_failure", "on_completed", "on_retry", "on_final_failure",
-                 "on_lease_lost", "on_stalled")  # fmt: skip
+    __slots__ = ("hooks", "before_enqueue", "after_enqueue", "worker_start", "worker_stop",
+                 "before_run", "after_success", "after_failure", "after_stopped",
+                 "on_completed", "on_retry", "on_final_failure", "on_lease_lost", "on_stalled",
+                 "on_enqueue", "on_run", "on_outcome")  # fmt: skip
 
     def __init__(self, hooks: Sequence[Hook] = ()) -> None:
         for hook in hooks:
@@ -110,16 +128,26 @@ class Hooks:
                 raise ConfigurationError(f"a hook must be a conveyor.hooks.Hook, got {hook!r}")
         self.hooks = tuple(hooks)
         self.before_enqueue = self._bound("before_enqueue")
+        self.after_enqueue = self._bound("after_enqueue")
         self.worker_start = self._bound("worker_start")
         self.worker_stop = self._bound("worker_stop")
         self.before_run = self._bound("before_run")
         self.after_success = self._bound("after_success")
         self.after_failure = self._bound("after_failure")
+        self.after_stopped = self._bound("after_stopped")
         self.on_completed = self._bound("on_completed")
         self.on_retry = self._bound("on_retry")
         self.on_final_failure = self._bound("on_final_failure")
         self.on_lease_lost = self._bound("on_lease_lost")
         self.on_stalled = self._bound("on_stalled")
+        # whether any hook wants to hear about an enqueue, a run, a written outcome
+        self.on_enqueue = bool(self.before_enqueue or self.after_enqueue)
+        self.on_run = bool(
+            self.before_run or self.after_success or self.after_failure or self.after_stopped
+        )
+        self.on_outcome = bool(
+            self.on_completed or self.on_retry or self.on_final_failure or self.on_lease_lost
+        )
 
     def _bound(self, event: str) -> Bound:
         base = getattr(Hook, event)
@@ -128,20 +156,6 @@ class Hooks:
     def __bool__(self) -> bool:
         return bool(self.hooks)
 
-    def __add__(self, other: Hooks) -> Hooks:
-        return Hooks(self.hooks + other.hooks)
-
-    @property
-    def on_run(self) -> bool:
-        """Whether any hook wants to hear about a run."""
-        return bool(self.before_run or self.after_success or self.after_failure)
-
-    @property
-    def on_outcome(self) -> bool:
-        """Whether any hook wants to hear about a recorded outcome."""
-        return bool(self.on_completed or self.on_retry or self.on_final_failure
-                    or self.on_lease_lost)  # fmt: skip
-
 
 def call(methods: Bound, *args: Any, **kwargs: Any) -> None:
     """Call each hook method; one that raises is logged and skipped."""
@@ -149,4 +163,9 @@ def call(methods: Bound, *args: Any, **kwargs: Any) -> None:
         try:
             method(*args, **kwargs)
         except Exception:
-            log.exception("hook %s failed; ignored", getattr(method, "__qualname__", method))
+            failed(method)
+
+
+def failed(method: Callable[..., None]) -> None:
+    """Log the exception a hook method raised (it is ignored)."""
+    log.exception("hook %s failed; ignored", getattr(method, "__qualname__", method))

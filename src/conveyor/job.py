@@ -55,6 +55,11 @@ class Job:
     run_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
+    # flows (docs/protocol.md §14): the parent's reference `<queue>/<id>`, if
+    # any, and what this job's failure does to it; how many children it has
+    parent: str | None = None
+    on_fail: str = "fail"
+    children: int = 0
 
     @property
     def finished(self) -> bool:
@@ -122,4 +127,7 @@ def job_from_hash(queue: str, job_id: str, raw_hash: Mapping[Any, Any]) -> Job:
         run_at=from_ms(_ms(raw, "run_at" if "run_at" in raw else "created_at")),
         started_at=from_ms(_ms(raw, "started_at")),
         finished_at=from_ms(_ms(raw, "finished_at")),
+        parent=raw.get("parent"),
+        on_fail=raw.get("on_fail") or "fail",
+        children=_int(raw, "children"),
     )

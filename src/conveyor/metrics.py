@@ -12,7 +12,6 @@ heartbeat that wrote them.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,11 +32,6 @@ BOUNDS: tuple[float, ...] = (
 )  # fmt: skip
 RUN, WAIT = "r", "w"  # the two timing kinds, as written in field names
 TOTALS = ("completed", "failed", "retried", "stalled")  # the fields of `totals`
-
-
-def bucket_of(seconds: float) -> int:
-    """The index of the bucket that counts a duration."""
-    return bisect.bisect_left(BOUNDS, seconds)
 
 
 @dataclass(frozen=True, slots=True)

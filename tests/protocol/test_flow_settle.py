@@ -134,3 +134,27 @@ def test_removing_a_waiting_parent_deletes_its_keys(q: Proto) -> None:
     assert "p" not in q.members(q.keys.waiting_children)
     run_one(q, "a")  # its hand-off finds no parent: nothing happens
     assert q.r.exists(q.keys.job("p")) == 0
+
+
+def test_cancelling_a_parent_leaves_its_pending_children_to_the_drainers(
+    q: Proto, other: Proto
+) -> None:
+    add(q, node(q, "p", children=(ref(q, "a"), ref(other, "b"))), node(q, "a", parent=ref(q, "p")))
+    add(other, node(other, "b", parent=ref(q, "p")))
+    run_one(q, "a")  # settled: not to be cancelled
+    assert q.cancel("p") == 1
+    assert q.r.exists(q.keys.job("p"), q.keys.pending("p"), q.keys.processed("p")) == 0
+    assert "p" not in q.members(q.keys.waiting_children)
+    assert [m.decode() for m in q.r.smembers(q.keys.cancelling("p"))] == [ref(other, "b")]
+    (entry,) = outbox(q)
+    assert (entry.op, entry.parent) == ("cancel", ref(q, "p"))
+    assert q.events("cancelled") == [{"event": "cancelled", "id": "p"}]
+
+
+def test_a_cancelled_child_settles_as_failed_by_its_policy(q: Proto) -> None:
+    add(q, node(q, "p", children=(ref(q, "a"), ref(q, "b"))))
+    add(q, node(q, "a", parent=ref(q, "p"), on_fail="ignore"), node(q, "b", parent=ref(q, "p")))
+    assert q.cancel("a") == 1
+    assert "CancelledError" in deps(q, "p")["ignored"][ref(q, "a")]
+    assert q.remove("b") == "removed"  # under `fail`: the parent fails
+    assert "CancelledError" in q.stored("p")["error"]

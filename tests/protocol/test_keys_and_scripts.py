@@ -81,6 +81,7 @@ def sample_call(name: str) -> ops.Call:
             keys, worker_id="w", lease_ms=1, worker_ttl_ms=1, info="{}", leases=[]
         ),
         "progress": ops.progress(keys, job_id="id", token="t", value=0.5, events_maxlen=10),
+        "policy": ops.policy(keys, "id", "t", [("timeout", 1)]),
         "complete": ops.complete(keys, [], events_maxlen=10),
         "fail": ops.fail(keys, [], events_maxlen=10),
         "reap": ops.reap(keys, batch=1, events_maxlen=10),
@@ -105,6 +106,8 @@ def sample_call(name: str) -> ops.Call:
         ),
         "job_log": observe.job_log(keys, job_id="id", token="t", lines=["a line"]),
         "flow_add": flows.flow_add(keys, [flows.FlowNodeArgs(spec, "", "", ())], events_maxlen=10),
+        "flow_attach": flows.flow_attach(keys, "id", "t", ["o/c"]),
+        "flow_wait": flows.flow_wait(keys, "id", "t", events_maxlen=10),
         "flow_settle": flows.flow_settle(
             keys, [flows.HandOff("1-0", "q/p", "o/c", "completed", "1", "")], events_maxlen=10
         ),

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
 import pytest
 
-from conveyor import PermanentError, Queue
+from conveyor import AsyncQueue, PermanentError, Queue
 from conveyor.client.core import QueueSettings
 from conveyor.client.tasks import Tasks
-from conveyor.errors import ConfigurationError, JobFailedError
+from conveyor.errors import ConfigurationError, JobFailedError, ValidationError
 from conveyor.hooks import Hook, RunningJob
-from conveyor.worker import Worker
+from conveyor.worker import Worker, WorkerSettings
+from support.clients import AsyncFacade
 from support.workers import RunningWorker, WorkerRunner, wait_until
 
 
@@ -35,6 +37,17 @@ class Recorder(Hook):
         self._add("before_enqueue", task, data)
         if task == "renamed":
             options["id"] = f"hooked-{data}"
+
+    def after_enqueue(
+        self,
+        queue: str,
+        task: str,
+        options: dict[str, Any],
+        *,
+        job_id: str | None,
+        error: BaseException | None,
+    ) -> None:
+        self._add("after_enqueue", task, job_id, type(error).__name__ if error else None)
 
     def worker_start(self, worker_id: str, queue: str) -> None:
         self._add("worker_start", queue)
@@ -127,15 +140,29 @@ def test_every_hook_is_called_at_its_point(
     ]
 
 
-def test_before_enqueue_may_change_the_options(redis_url: str, queue_name: str) -> None:
+@pytest.mark.parametrize("client", ["sync", "async"])
+def test_before_enqueue_may_change_the_options_and_after_enqueue_tells_the_end(
+    redis_url: str, queue_name: str, client: str
+) -> None:
     hook = Recorder()
-    with Queue(queue_name, url=redis_url, settings=QueueSettings(hooks=(hook,))) as queue:
+    settings = QueueSettings(hooks=(hook,))
+    if client == "sync":
+        queue: Any = Queue(queue_name, url=redis_url, settings=settings)
+    else:
+        queue = AsyncFacade(lambda: AsyncQueue(queue_name, url=redis_url, settings=settings))
+    with queue:
         assert queue.enqueue("renamed", 7).id == "hooked-7"
         done = queue.enqueue_many([("renamed", 8), ("other", 9)])
         assert done[0].id == "hooked-8" and done[1].id != "hooked-9"
         assert queue.get("hooked-8") is not None
+        with pytest.raises(ValidationError):
+            queue.enqueue("other", 10, priority=-5)
     assert [c[1:] for c in hook.named("before_enqueue")] == [
-        ("renamed", 7), ("renamed", 8), ("other", 9)
+        ("renamed", 7), ("renamed", 8), ("other", 9), ("other", 10)
+    ]  # fmt: skip
+    assert [c[1:] for c in hook.named("after_enqueue")] == [
+        ("renamed", "hooked-7", None), ("renamed", "hooked-8", None), ("other", done[1].id, None),
+        ("other", None, "ValidationError"),
     ]  # fmt: skip
 
 
@@ -160,3 +187,76 @@ def test_a_hook_must_be_a_hook(redis_url: str, queue_name: str) -> None:
     tasks = Tasks(queue_name, url=redis_url)
     with pytest.raises(ConfigurationError, match="must be a conveyor.hooks.Hook"):
         Worker(tasks, hooks=[object()])  # type: ignore[list-item]
+
+
+def test_headers_travel_with_the_job_to_its_run(
+    redis_url: str, queue_name: str, worker_runner: WorkerRunner
+) -> None:
+    seen: dict[str, Any] = {}
+
+    class Headers(Hook):
+        def before_run(self, job: RunningJob) -> None:
+            seen[str(job.data)] = job.headers
+
+    tasks = Tasks(queue_name, url=redis_url)
+
+    @tasks.task
+    async def echo(data: int) -> int:
+        return data
+
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    with_headers = echo.enqueue(1, headers={"traceparent": traceparent, "x.y-z": ""})
+    without = echo.enqueue(2)
+    handle = RunningWorker(Worker(tasks, url=redis_url, hooks=[Headers()]))
+    worker_runner.running.append(handle)
+    queue = tasks.queue()
+    assert queue.wait_result(with_headers.id, timeout=20) == 1
+    assert queue.wait_result(without.id, timeout=20) == 2
+    handle.stop()
+    assert seen == {"1": {"traceparent": traceparent, "x.y-z": ""}, "2": None}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [["a"], {"": "x"}, {"a b": "x"}, {"a": "line\nbreak"}, {"a": 1}, {"a": "é"},
+     {"a": "x" * 1025}, {f"h{i}": "x" * 1000 for i in range(5)}],
+)  # fmt: skip
+def test_bad_headers_are_refused(redis_url: str, queue_name: str, headers: Any) -> None:
+    with Queue(queue_name, url=redis_url) as queue:
+        with pytest.raises(ValidationError):
+            queue.enqueue("t", None, headers=headers)
+        assert sum(queue.counts().values()) == 0  # nothing was written
+
+
+def test_a_lost_lease_is_told_and_the_stopped_run_too(
+    redis_url: str, queue_name: str, worker_runner: WorkerRunner, redis_client: Any
+) -> None:
+    hook = Recorder()
+    stopped: list[tuple[str, float]] = []
+
+    class Stops(Hook):
+        def on_lease_lost(self, job: RunningJob) -> None:
+            hook._add("on_lease_lost", job.task)
+
+        def after_stopped(self, job: RunningJob, *, duration: float) -> None:
+            stopped.append((job.task, duration))
+
+    tasks = Tasks(queue_name, url=redis_url)
+    started = threading.Event()
+
+    @tasks.task
+    async def forever(data: None) -> None:
+        started.set()
+        await asyncio.sleep(60)  # stopped when the lease goes
+
+    job = forever.enqueue(None)
+    handle = RunningWorker(Worker(tasks, url=redis_url, hooks=[Stops()],
+                                  settings=WorkerSettings(lease=1.5, idle_wait=30)))  # fmt: skip
+    worker_runner.running.append(handle)
+    assert started.wait(20)
+    # another claim took the job over: its token is no longer this worker's
+    redis_client.hset(tasks.queue().core.keys.job(job.id), "token", "someone-else")
+    wait_until(lambda: stopped, timeout=20)
+    handle.stop()
+    assert hook.named("on_lease_lost") == [("on_lease_lost", "forever")]
+    assert stopped[0][0] == "forever" and 0 < stopped[0][1] < 30

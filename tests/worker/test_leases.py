@@ -231,6 +231,24 @@ def test_burst_mode_drains_and_exits(
     assert handle.worker.processed == 500
 
 
+def test_burst_ends_right_after_the_last_job_when_jobs_are_fewer_than_slots(
+    tasks: Tasks, sync_queue: Queue, worker_runner: WorkerRunner
+) -> None:
+    """Issue 18: one job on ten slots used to sit out a whole idle wait (30 s here)
+    blocked on Redis after the job had finished."""
+
+    @tasks.task
+    async def nap(data: int) -> int:
+        await asyncio.sleep(0.3)  # still running when the next claim finds nothing
+        return data
+
+    sync_queue.enqueue("nap", 1)
+    handle = worker_runner.start(tasks, burst=True, concurrency=10)  # idle_wait 30 s
+    handle.thread.join(15)
+    assert not handle.thread.is_alive()
+    assert handle.worker.processed == 1
+
+
 def test_the_roll_call_lists_live_workers_only(
     tasks: Tasks, sync_queue: Queue, worker_runner: WorkerRunner
 ) -> None:

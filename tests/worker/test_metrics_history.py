@@ -3,6 +3,8 @@ through both clients; bounded keys; bad windows refused."""
 
 from __future__ import annotations
 
+import os
+import signal
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,7 +15,7 @@ from conveyor import PermanentError
 from conveyor.client.tasks import Tasks
 from conveyor.errors import ValidationError
 from conveyor.metrics import BOUNDS, RETENTION_MS, Histogram, MinuteCounts
-from support.workers import WorkerRunner, wait_until
+from support.workers import WorkerRunner, spawn_worker, wait_until
 
 
 def _sum(history: list[MinuteCounts]) -> tuple[int, int, int]:
@@ -110,3 +112,30 @@ def test_histogram_quantiles_interpolate_within_their_bucket() -> None:
     assert Histogram(bounds, (0, 0, 0, 0), 0.0).quantile(0.5) is None
     with pytest.raises(ValidationError):
         h.quantile(1.5)
+
+
+def test_a_stall_is_counted_by_the_worker_whose_reaper_found_it(
+    redis_url: str, queue_name: str, sync_queue: Any, tmp_path: Any
+) -> None:
+    mark = tmp_path / "started"
+    env = {"TEST_QUEUE": queue_name, "TEST_MARK": str(mark)}
+    job = sync_queue.enqueue("sleepy", {"seconds": 1.0})
+    first = spawn_worker("kill_app:tasks", redis_url, "--lease", "1", env=env)
+    second = None
+    try:
+        wait_until(lambda: mark.exists() and str(first.pid) in mark.read_text(), timeout=20)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(5)
+        second = spawn_worker("kill_app:tasks", redis_url, "--lease", "1", env=env)
+        assert sync_queue.wait_result(job.id, timeout=30) == {"pid": second.pid}
+        expected = {"completed": 1, "failed": 0, "retried": 1, "stalled": 1}
+        wait_until(lambda: sync_queue.totals() == expected, timeout=20, interval=0.1)
+        assert _sum(sync_queue.metrics_history(minutes=5)) == (1, 0, 1)
+    finally:
+        for proc in (first, second):
+            if proc is not None:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+                assert proc.stdout is not None
+                proc.stdout.close()

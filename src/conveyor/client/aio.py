@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
-import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import timedelta
+from threading import get_ident
 from typing import Any, Unpack
 
 import redis
@@ -34,9 +35,28 @@ from conveyor.client.core import (
     carry_doubt,
 )
 from conveyor.client.events import Event, decode_events
+from conveyor.client.flows import (
+    ChildrenCounts,
+    ChildrenResults,
+    FlowEnqueued,
+    FlowJob,
+    FlowNode,
+    FlowPlan,
+    children_keys,
+    children_results,
+    counts_of,
+    node_of,
+)
+from conveyor.client.pipelines import PIPELINE_TASK, StepGroup, pipeline_data
 from conveyor.client.transport import AsyncRunner, async_client, translated
+from conveyor.client.waits import AsyncWaits
 from conveyor.client.wire import AsyncWire
-from conveyor.errors import ConnectionLostError, ConveyorError, WaitTimeoutError
+from conveyor.errors import (
+    ConfigurationError,
+    ConnectionLostError,
+    ConveyorError,
+    WaitTimeoutError,
+)
 from conveyor.job import Job, JobState
 from conveyor.metrics import (
     WEEK_MINUTES,
@@ -47,16 +67,39 @@ from conveyor.metrics import (
 )
 from conveyor.options import check_job_id
 from conveyor.protocol import ops, schedules
+from conveyor.protocol.flows import reference, split_reference
 from conveyor.protocol.keys import PROTOCOL_VERSION, queue_registry
 
 log = logging.getLogger("conveyor")
 
 
-def connect(url: str | None = None, *, route: SlotRoute | None = None) -> redis.asyncio.Redis:
+def connect(
+    url: str | None = None, *, route: SlotRoute | None = None, max_connections: int = 100
+) -> redis.asyncio.Redis:
     """A redis-py client for `url` (or the environment), bytes replies; on a
     cluster, connected to the master of `route`'s slot."""
     resolved = resolve_url(url)
-    return async_client(resolved, needs_route(resolved, route))
+    return async_client(resolved, needs_route(resolved, route), max_connections=max_connections)
+
+
+async def _closed_with_the_loop(
+    waits: AsyncWaits, wire: AsyncWire | None, client: redis.asyncio.Redis | None
+) -> AsyncIterator[None]:
+    """Parked at its yield on the loop the connections were made on; the
+    loop closes it as it shuts down (asyncio.run, anyio: shutdown_asyncgens),
+    so the connections are closed there, not abandoned to a closed loop."""
+    try:
+        yield
+    finally:
+        await waits.close()
+        if wire is not None:
+            await wire.close()
+        if client is not None:
+            await client.aclose()
+
+
+async def _start(closer: AsyncIterator[None]) -> None:
+    await anext(closer)
 
 
 class AsyncQueue:
@@ -78,16 +121,79 @@ class AsyncQueue:
         self.core = QueueCore(name, settings or QueueSettings(), failures=failures)
         self._owns_client = client is None
         # resolved once: with no URL configured, finding the embedded server is a probe
-        resolved = None if client is not None else resolve_url(url)
-        # on a cluster, every connection goes to the master of the queue's slot
-        self.route = None if resolved is None else slot_route(resolved, self.core.keys)
-        self.client = client if client is not None else connect(resolved, route=self.route)
-        # scripts go over the lean wire when we made the connection ourselves
-        endpoint = None if resolved is None else wire_endpoint(resolved, self.route)
-        self._wire = None if endpoint is None else AsyncWire(endpoint)
-        self._runner = AsyncRunner(self.client, self.core.scripts, self._wire)
+        self._url = None if client is not None else resolve_url(url)
+        # on a cluster, every connection goes to the master of the queue's slot (a client
+        # passed in made by cluster.sync_pool / async_pool carries its route)
+        self.route = (
+            slot_route(self._url, self.core.keys)
+            if self._url is not None
+            else client.connection_pool.connection_kwargs.get("route")
+            if client is not None
+            else None
+        )
+        self._client = (
+            client
+            if client is not None
+            else connect(
+                self._url, route=self.route, max_connections=self.core.settings.max_connections
+            )
+        )
+        self._wire: AsyncWire | None = None
+        self._runner = self._connections()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop it is used on
+        self._thread = 0  # the thread that loop runs in
+        self._closer: AsyncIterator[None] | None = None
+        self._closer_start: asyncio.Task[None] | None = None
         self._checked = False
-        self._pool_options = self.client.connection_pool.connection_kwargs
+        self._pool_options = self._client.connection_pool.connection_kwargs
+        self._peers: dict[str, AsyncQueue] = {}  # the other queues of this client's flows
+
+    def _connections(self) -> AsyncRunner:
+        """The lean wire (when we make the connections ourselves) and the runner."""
+        endpoint = None if self._url is None else wire_endpoint(self._url, self.route)
+        self._wire = None if endpoint is None else AsyncWire(endpoint)
+        self._waits = AsyncWaits(self._client, self.core.keys, self._done_element)
+        return AsyncRunner(self._client, self.core.scripts, self._wire)
+
+    @property
+    def client(self) -> redis.asyncio.Redis:
+        """The redis-py client, for the running event loop."""
+        loop = self._loop
+        if loop is None or self._thread != get_ident() or not loop.is_running():
+            self._follow_loop()
+        return self._client
+
+    def _follow_loop(self) -> None:
+        """Connections belong to the event loop they were made on. Used on a
+        new loop after the old one stopped (a second asyncio.run, a test
+        client's loop per test), the queue reconnects there; while the old
+        loop still runs (another thread), it refuses at once."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # off the loop: a thread handing a call to it
+            return
+        if loop is self._loop:
+            return
+        if self._loop is not None:
+            if self._loop.is_running():
+                raise ConfigurationError(
+                    f"{self!r} is in use on another event loop, still running (another "
+                    "thread): its connections belong to that loop; make one AsyncQueue "
+                    "per event loop"
+                )
+            if self._url is None:
+                raise ConfigurationError(
+                    f"{self!r} was given a client made for an event loop that has stopped: "
+                    "make the client (or the AsyncQueue, with url=...) on the running loop"
+                )
+            self._client = connect(
+                self._url, route=self.route, max_connections=self.core.settings.max_connections
+            )
+            self._runner = self._connections()
+        self._loop, self._thread = loop, get_ident()
+        owned = self._client if self._owns_client else None
+        self._closer = _closed_with_the_loop(self._waits, self._wire, owned)
+        self._closer_start = loop.create_task(_start(self._closer))
 
     @property
     def name(self) -> str:
@@ -96,6 +202,11 @@ class AsyncQueue:
     @property
     def runner(self) -> AsyncRunner:
         """Runs this queue's scripts (over the lean wire when there is one)."""
+        loop = self._loop
+        # no asyncio.get_running_loop() here: on Python 3.11 it makes a getpid()
+        # system call, and every enqueue passes here
+        if loop is None or self._thread != get_ident() or not loop.is_running():
+            self._follow_loop()
         return self._runner
 
     async def __aenter__(self) -> AsyncQueue:
@@ -105,10 +216,14 @@ class AsyncQueue:
         await self.close()
 
     async def close(self) -> None:
+        for peer in self._peers.values():
+            await peer.close()
+        self._follow_loop()  # the connections of a stopped loop are abandoned, not closed
+        await self._waits.close()
         if self._wire is not None:
             await self._wire.close()
         if self._owns_client:
-            await self.client.aclose()
+            await self._client.aclose()
 
     def __repr__(self) -> str:
         lane = ", failures=True" if self.core.failures else ""
@@ -146,16 +261,17 @@ class AsyncQueue:
         self, task: str, data: Any = None, **options: Unpack[EnqueueOptions]
     ) -> Enqueued:
         """Enqueue one job; returns once Redis acknowledged it."""
-        if self.core.hooks.before_enqueue:
-            options = self.core.before_enqueue(task, data, options)  # type: ignore[assignment]
+        if self.core.hooks.on_enqueue:
+            requests = self.core.hooked_requests([JobRequest(task, data, options)])
+            return (await self._enqueue_hooked(requests, chunk_size=1))[0]
         job_id, call, packed = self.core.enqueue_one(task, data, options)
         if not self._checked:
             await self.check()
         try:  # the first send, with no layer between: a plain job's call is packed ahead
             if packed is None:
-                reply = await self._runner.run(call)
+                reply = await self.runner.run(call)
             else:
-                reply = await self._runner.run_packed(call, packed)
+                reply = await self.runner.run_packed(call, packed)
         except ConnectionLostError as exc:
             reply = (await self._resend_enqueues([call], exc))[0]
         return self.core.enqueued_one(job_id, reply)
@@ -164,9 +280,26 @@ class AsyncQueue:
         self, jobs: Iterable[JobRequest | tuple[str, Any]], *, chunk_size: int = 500
     ) -> list[Enqueued]:
         """Enqueue many jobs in pipelined chunks; every job is validated first."""
+        if self.core.hooks.on_enqueue:
+            requests = self.core.hooked_requests(jobs)
+            return await self._enqueue_hooked(requests, chunk_size=chunk_size)
         calls, ids = self.core.enqueue_many_calls(jobs, chunk_size)
         await self.check()
         return self.core.enqueued_many(ids, await self._send_enqueues(calls))
+
+    async def _enqueue_hooked(
+        self, requests: list[JobRequest], *, chunk_size: int
+    ) -> list[Enqueued]:
+        """Enqueue jobs that met before_enqueue, then tell after_enqueue."""
+        try:
+            calls, ids = self.core.enqueue_many_calls(requests, chunk_size)
+            await self.check()
+            done = self.core.enqueued_many(ids, await self._send_enqueues(calls))
+        except BaseException as exc:
+            self.core.after_enqueue(requests, None, exc)
+            raise
+        self.core.after_enqueue(requests, done, None)
+        return done
 
     async def _send_enqueues(self, calls: list[ops.Call]) -> list[Any]:
         try:
@@ -198,12 +331,12 @@ class AsyncQueue:
 
     async def _send(self, calls: list[ops.Call]) -> list[Any]:
         if len(calls) == 1:  # one round trip without a pipeline's overhead
-            return [await self._runner.run(calls[0])]
-        return await self._runner.run_many(calls)
+            return [await self.runner.run(calls[0])]
+        return await self.runner.run_many(calls)
 
     async def cancel(self, job_id: str) -> bool:
         """Remove a waiting or delayed job (or a blocked twin); True if one was."""
-        return int(await self._runner.run(self.core.cancel_call(job_id))) == 1
+        return int(await self.runner.run(self.core.cancel_call(job_id))) == 1
 
     async def abort(self, job_id: str) -> str:
         """Stop a job wherever it is. Not started yet (waiting, delayed): it is
@@ -236,7 +369,7 @@ class AsyncQueue:
             call = self.core.schedule_call(
                 schedule_id, task, data, cron=cron, every=every, options=options, after_ms=after
             )
-            job_id = ops.text((await self._runner.run(call))[0])
+            job_id = ops.text((await self.runner.run(call))[0])
             if job_id:
                 return job_id
             after = int(call.args[2])
@@ -256,7 +389,7 @@ class AsyncQueue:
     async def unschedule(self, schedule_id: str) -> bool:
         """Remove a schedule and its pending job (if not started); True if it existed."""
         call = schedules.unschedule(self.core.keys, schedule_id)
-        return int(await self._runner.run(call)) == 1
+        return int(await self.runner.run(call)) == 1
 
     async def set_limits(
         self, *, concurrency: int | None = None, rate: int | None = None, per: float = 1.0
@@ -265,7 +398,7 @@ class AsyncQueue:
         `concurrency` jobs running at once, at most `rate` jobs started per
         `per` seconds. None removes a limit."""
         call = self.core.limits_call("queue", concurrency=concurrency, rate=rate, per=per)
-        await self._runner.run(call)
+        await self.runner.run(call)
 
     async def set_group_limits(
         self,
@@ -280,31 +413,31 @@ class AsyncQueue:
         call = self.core.limits_call(
             "group", group=group or "", concurrency=concurrency, rate=rate, per=per
         )
-        await self._runner.run(call)
+        await self.runner.run(call)
 
     async def pause_group(self, group: str) -> None:
         """Stop claims of one group's jobs; its jobs stay queued."""
-        await self._runner.run(self.core.limits_call("pause_group", group=group))
+        await self.runner.run(self.core.limits_call("pause_group", group=group))
 
     async def resume_group(self, group: str) -> None:
-        await self._runner.run(self.core.limits_call("resume_group", group=group))
+        await self.runner.run(self.core.limits_call("resume_group", group=group))
 
     async def promote(self, job_id: str) -> bool:
         """Run a delayed job now; False if it was not delayed."""
-        return int(await self._runner.run(self.core.control_call("promote", job_id))) == 1
+        return int(await self.runner.run(self.core.control_call("promote", job_id))) == 1
 
     async def set_priority(self, job_id: str, priority: int | str) -> bool:
         """Change the priority of a waiting or delayed job; False if it is not one."""
         call = self.core.control_call("reprioritize", job_id, priority)
-        return int(await self._runner.run(call)) == 1
+        return int(await self.runner.run(call)) == 1
 
     async def retry(self, job_id: str) -> bool:
         """Run a failed job again (failures reset, attempts kept); False if not failed."""
-        return int(await self._runner.run(self.core.control_call("retry", job_id))) == 1
+        return int(await self.runner.run(self.core.control_call("retry", job_id))) == 1
 
     async def remove(self, job_id: str) -> str:
         """Delete a job that is not running: 'removed', 'missing' or 'active'."""
-        return ops.text(await self._runner.run(self.core.control_call("remove", job_id)))
+        return ops.text(await self.runner.run(self.core.control_call("remove", job_id)))
 
     async def set_retention(
         self, *, completed: int | None = None, failed: int | None = None
@@ -327,6 +460,104 @@ class AsyncQueue:
         with translated():
             await self.client.hdel(self.core.keys.meta, "paused")
             await self.client.zadd(self.core.keys.marker, {"0": 0})
+
+    # --- flows -------------------------------------------------------------------
+
+    def peer(self, name: str) -> AsyncQueue:
+        """Queue `name` with this queue's settings, on the same server (on a
+        cluster: connected to its own slot's master); this queue for its name."""
+        if name == self.name:
+            return self
+        if name not in self._peers:
+            if self._owns_client:
+                peer = AsyncQueue(name, url=self._url, settings=self.core.settings)
+            else:
+                peer = AsyncQueue(name, client=self.client, settings=self.core.settings)
+            self._peers[name] = peer
+        return self._peers[name]
+
+    async def enqueue_flow(self, flow: FlowJob, *, chunk_size: int = 500) -> FlowEnqueued:
+        """Enqueue a tree of jobs: each parent waits in waiting_children until
+        its children settled, then runs with their results. Nodes are written
+        top-down, parents first; sending the same tree again (same ids)
+        changes nothing that exists. Every node is validated first."""
+        core = self.core
+        plan = FlowPlan(
+            [flow], queue=self.name, prefix=core.keys.prefix, specs=core.specs,
+            events_maxlen=core.settings.events_maxlen, chunk_size=chunk_size,
+        )  # fmt: skip
+        return (await self.send_plan(plan))[0]
+
+    async def send_plan(self, plan: FlowPlan) -> list[FlowEnqueued]:
+        """Write a FlowPlan's calls in order, each on its own queue's slot."""
+        replies = []
+        for flow_call in plan.calls:
+            queue = self.peer(flow_call.queue)
+            await queue.check()
+            replies.append((await queue._send_enqueues([flow_call.call]))[0])
+        return plan.result(replies)
+
+    async def enqueue_pipeline(
+        self,
+        steps: Sequence[StepGroup],
+        data: Any = None,
+        *,
+        state: Mapping[str, Any] | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> Enqueued:
+        """Enqueue a pipeline (client/pipelines.py): its steps run one after
+        the other, each in its own queue, a list of steps as a fan-out; each
+        step's job gets the result of the step before as its data (the first:
+        `data`), or with `state`, the shared state mapping, updated by every
+        step's result mapping. Its driver job runs in this queue: its result is
+        the last step's result (a fan-out's: a mapping by step name), or the
+        final state."""
+        spec = pipeline_data(steps, data, state, self.core.specs)
+        return await self.enqueue(PIPELINE_TASK, spec, **options)
+
+    async def children_results(self, job_id: str) -> ChildrenResults:
+        """What the children of parent `job_id` left it (see ChildrenResults)."""
+        keys = children_keys(self.core.keys, check_job_id(job_id))
+        with translated():
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.hgetall(key)
+            return children_results(*(await pipe.execute()))
+
+    async def children_counts(self, job_id: str) -> ChildrenCounts:
+        """Children of parent `job_id`: all, pending, completed, ignored, failed."""
+        return (await self._counts([job_id]))[0]
+
+    async def _counts(self, job_ids: list[str]) -> list[ChildrenCounts]:
+        with translated():
+            pipe = self.client.pipeline(transaction=False)
+            keys = self.core.keys
+            for job_id in map(check_job_id, job_ids):
+                pipe.zcard(keys.children(job_id))
+                pipe.scard(keys.pending(job_id))
+                for key in children_keys(keys, job_id):
+                    pipe.hlen(key)
+            replies = (await pipe.execute()) if job_ids else []
+        return [counts_of(replies[i : i + 5]) for i in range(0, len(replies), 5)]
+
+    async def flow(self, job_id: str, *, offset: int = 0, limit: int = 100) -> FlowNode:
+        """Node `job_id` of a flow with one page of its children (in the order
+        added), each with its state, result, error and child counts; page on
+        with `offset`, go down with the child's own queue's flow()."""
+        with translated():
+            raw = await self.client.hgetall(self.core.job_key(job_id))
+            end = offset + limit - 1
+            refs = await self.client.zrange(self.core.keys.children(job_id), offset, end)
+        children = []
+        for ref in (ops.text(r) for r in refs):
+            queue_name, child_id = split_reference(ref)
+            peer = self.peer(queue_name)
+            with translated():
+                child_raw = await peer.client.hgetall(peer.core.job_key(child_id))
+            counts = (await peer._counts([child_id]))[0]
+            children.append(node_of(ref, child_raw, counts))
+        node = node_of(reference(self.name, job_id), raw, (await self._counts([job_id]))[0])
+        return dataclasses.replace(node, children=tuple(children))
 
     # --- inspecting ------------------------------------------------------------
 
@@ -368,13 +599,16 @@ class AsyncQueue:
         group: str | None = None,
         offset: int = 0,
         limit: int = 100,
+        reverse: bool = False,
     ) -> list[str]:
         """Ids of jobs in `state`, in index order (waiting: run order, ungrouped
         jobs or one `group`'s; delayed: due time; active: lease deadline;
-        finished: expiry)."""
+        finished: expiry), or from its end with `reverse` (finished: newest
+        first)."""
         key = self.core.index_of(state, group)
+        read = self.client.zrevrange if reverse else self.client.zrange
         with translated():
-            ids = await self.client.zrange(key, offset, offset + limit - 1)
+            ids = await read(key, offset, offset + limit - 1)
         return [ops.text(i) for i in ids]
 
     async def find(self, field: str, value: str | int, *, limit: int = 100) -> list[Job]:
@@ -466,6 +700,14 @@ class AsyncQueue:
                 after = event.stream_id
                 yield event
 
+    async def _done_element(self, job_id: str) -> Any:
+        """The element of done:<id>, if any (LINDEX: it stays for every waiter)."""
+        key = self.core.keys.done(job_id)
+        with translated():
+            if self._wire is not None:
+                return await self._wire.call("LINDEX", key, -1)
+            return await self._client.lindex(key, -1)
+
     # --- operating (the dashboard and the operator's CLI) ----------------------
 
     async def known_queues(self) -> list[str]:
@@ -530,14 +772,19 @@ class AsyncQueue:
         return sum([await self._drain(key, "remove", "removed", batch) for key in keys])
 
     async def _drain(self, key: str, what: str, done: Any, batch: int) -> int:
-        """Apply control `what` to the ids of index `key`, page by page, until
-        it holds only ids the control left in place (skipped by offset)."""
-        total = offset = 0
+        """Apply control `what` to the ids of index `key` up to its last score
+        now, page by page; ids the control leaves in place are stepped over by
+        offset, and ids that come back (a retried job failing again at once)
+        score later, so the walk ends."""
+        with translated():
+            last = await self.client.zrange(key, -1, -1, withscores=True)
+        if not last:
+            return 0
+        top, total, offset = last[0][1], 0, 0
         while True:
             with translated():
-                ids = [
-                    ops.text(i) for i in await self.client.zrange(key, offset, offset + batch - 1)
-                ]
+                page = await self.client.zrangebyscore(key, "-inf", top, start=offset, num=batch)
+            ids = [ops.text(i) for i in page]
             if not ids:
                 return total
             replies = await self._send([self.core.control_call(what, i) for i in ids])
@@ -548,17 +795,12 @@ class AsyncQueue:
     async def wait_result(self, job_id: str, *, timeout: float) -> Any:
         """Block on Redis until the job finishes; its result, or JobFailedError,
         JobNotFoundError, or WaitTimeoutError after `timeout` seconds."""
-        reply = ops.decode_await(await self._runner.run(self.core.await_call(job_id)))
-        deadline = time.monotonic() + timeout
-        done_key = self.core.keys.done(job_id)
-        while reply.state == "pending":
-            left = deadline - time.monotonic()
-            if left <= 0:
+        reply = ops.decode_await(await self.runner.run(self.core.await_call(job_id)))
+        if reply.state == "pending":
+            # every wait of this client shares one blocking connection (waits.py)
+            self._follow_loop()
+            element = await self._waits.wait(job_id, timeout)
+            if element is None:
                 raise WaitTimeoutError(f"job {job_id!r} did not finish within {timeout} s")
-            with translated():
-                # redis-py types the timeout as int; Redis takes decimal seconds
-                block: Any = block_slice(self._pool_options, left)
-                element = await self.client.blmove(done_key, done_key, block, "RIGHT", "LEFT")
-            if element is not None:
-                reply = ops.decode_done(element)
+            reply = ops.decode_done(element)
         return self.core.outcome(job_id, reply)

@@ -6,10 +6,13 @@ embedded server's socket (a PING)."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from redis.connection import parse_url
 
 from conveyor.client.cluster import SlotRoute, is_cluster_url
 from conveyor.client.endpoint import Endpoint
@@ -26,10 +29,10 @@ def resolve_url(url: str | None) -> str:
     ($CONVEYOR_DATA_DIR, else ./.conveyor), found the same way the CLI
     finds it (client/local.py)."""
     if url:
-        return url
+        return check_url(url)
     for name in URL_VARIABLES:
         if os.environ.get(name):
-            return os.environ[name]
+            return check_url(os.environ[name], name)
     found = running_url()
     if found is not None:
         return found
@@ -40,6 +43,29 @@ def resolve_url(url: str | None) -> str:
         "or point Conveyor at a server: pass url=..., or\n\n"
         "    export CONVEYOR_REDIS_URL=redis://127.0.0.1:6379/0\n"
     )
+
+
+URL_SCHEMES = ("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")
+_PASSWORD = re.compile(r"(//[^:/@]*):[^@/]*@")
+
+
+def check_url(url: str, source: str = "url") -> str:
+    """`url` if it is a Redis URL Conveyor can use, else a ConfigurationError
+    that shows it (password hidden) and the forms that work."""
+    shown = _PASSWORD.sub(r"\1:***@", url)
+    if not url.startswith(URL_SCHEMES):
+        raise ConfigurationError(
+            f"{source} {shown!r} is not a Redis URL: use redis://host:6379/0, rediss://... "
+            "(TLS), unix:///path/to/redis.sock, or redis+cluster://host:port"
+        )
+    if not is_cluster_url(url):
+        try:
+            parse_url(url)  # type: ignore[no-untyped-call]
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"{source} {shown!r} is not a valid Redis URL: {exc}"
+            ) from None
+    return url
 
 
 def _start_line(data_dir: Path) -> str:

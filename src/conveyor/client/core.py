@@ -16,6 +16,7 @@ from typing import Any, Literal, TypedDict
 from conveyor import metrics, serializers
 from conveyor.client import resp
 from conveyor.errors import (
+    ConfigurationError,
     ConnectionLostError,
     EvictionPolicyError,
     JobFailedError,
@@ -72,6 +73,7 @@ class EnqueueOptions(TypedDict, total=False):
     update_max_backoff: bool
     reset_counts: bool
     index: Mapping[str, str | int]
+    headers: Mapping[str, str]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -84,6 +86,13 @@ class QueueSettings:
     eviction_check: EvictionCheck = "error"
     defaults: JobDefaults = field(default_factory=JobDefaults)
     hooks: tuple[Hook, ...] = ()  # conveyor.hooks: run by producers and workers
+    # connections of the client's pool: commands running at once (every
+    # wait_result of the client shares one); one more fails at once, unsent
+    max_connections: int = 100
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_connections, int) or self.max_connections < 2:
+            raise ConfigurationError("max_connections must be an int of at least 2")
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +210,29 @@ class QueueCore:
         call_hooks(self.hooks.before_enqueue, self.name, task, data, changed)
         return changed
 
+    def after_enqueue(
+        self,
+        requests: Sequence[JobRequest],
+        done: Sequence[Enqueued] | None,
+        error: BaseException | None,
+    ) -> None:
+        """Tell the hooks how the enqueue of `requests` (as before_enqueue
+        left them) ended: `done` in the same order, or `error`."""
+        for k, request in enumerate(requests):
+            job_id = None if done is None else done[k].id
+            options = dict(request.options)  # as before_enqueue left them
+            call_hooks(
+                self.hooks.after_enqueue, self.name, request.task, options,
+                job_id=job_id, error=error,
+            )  # fmt: skip
+
+    def hooked_requests(self, jobs: Iterable[JobRequest | tuple[str, Any]]) -> list[JobRequest]:
+        """The jobs of a bulk enqueue, with the options the hooks gave them."""
+        return [
+            JobRequest(r.task, r.data, self.before_enqueue(r.task, r.data, r.options))
+            for r in _requests(jobs)
+        ]
+
     def spec(self, task: str, data: Any, options: Mapping[str, Any]) -> ops.JobSpec:
         return self.specs.one(task, data, options)
 
@@ -252,11 +284,6 @@ class QueueCore:
         if type(chunk_size) is not int or chunk_size < 1:
             raise ValidationError(f"chunk_size must be a positive int, got {chunk_size!r}")
         requests = _requests(jobs)
-        if self.hooks.before_enqueue:
-            requests = [
-                JobRequest(r.task, r.data, self.before_enqueue(r.task, r.data, r.options))
-                for r in requests
-            ]
         flat = None
         if not any(r.options for r in requests):
             flat = self.specs.plain_many([r.task for r in requests], [r.data for r in requests])
@@ -407,6 +434,7 @@ class QueueCore:
             (JobState.COMPLETED, k.completed),
             (JobState.FAILED, k.failed),
             (JobState.BLOCKED, k.blocked),
+            (JobState.WAITING_CHILDREN, k.waiting_children),
         ]
 
     def index_of(self, state: JobState | str, group: str | None = None) -> str:

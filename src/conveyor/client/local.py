@@ -76,6 +76,8 @@ def running_url(data_dir: Path | None = None) -> str | None:
     """The URL of the embedded Redis running in `data_dir` (default: the
     same as the CLI's), or None when none answers there. A socket owned by
     another user (the /tmp fallback) is never used."""
+    if not hasattr(socket, "AF_UNIX") or sys.platform == "win32":
+        return None  # the embedded Redis runs on Linux and macOS only
     chosen = (data_dir if data_dir is not None else default_data_dir()).resolve()
     path = socket_path_for(chosen)
     try:

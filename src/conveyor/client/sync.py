@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Unpack
 
@@ -32,7 +33,21 @@ from conveyor.client.core import (
     carry_doubt,
 )
 from conveyor.client.events import Event, decode_events
+from conveyor.client.flows import (
+    ChildrenCounts,
+    ChildrenResults,
+    FlowEnqueued,
+    FlowJob,
+    FlowNode,
+    FlowPlan,
+    children_keys,
+    children_results,
+    counts_of,
+    node_of,
+)
+from conveyor.client.pipelines import PIPELINE_TASK, StepGroup, pipeline_data
 from conveyor.client.transport import SyncRunner, sync_client, translated
+from conveyor.client.waits import SyncWaits
 from conveyor.client.wire import SyncWire
 from conveyor.errors import ConnectionLostError, ConveyorError, WaitTimeoutError
 from conveyor.job import Job, JobState
@@ -45,16 +60,19 @@ from conveyor.metrics import (
 )
 from conveyor.options import check_job_id
 from conveyor.protocol import ops, schedules
+from conveyor.protocol.flows import reference, split_reference
 from conveyor.protocol.keys import PROTOCOL_VERSION, queue_registry
 
 log = logging.getLogger("conveyor")
 
 
-def connect(url: str | None = None, *, route: SlotRoute | None = None) -> redis.Redis:
+def connect(
+    url: str | None = None, *, route: SlotRoute | None = None, max_connections: int = 100
+) -> redis.Redis:
     """A redis-py client for `url` (or the environment), bytes replies; on a
     cluster, connected to the master of `route`'s slot."""
     resolved = resolve_url(url)
-    return sync_client(resolved, needs_route(resolved, route))
+    return sync_client(resolved, needs_route(resolved, route), max_connections=max_connections)
 
 
 class Queue:
@@ -77,15 +95,36 @@ class Queue:
         self._owns_client = client is None
         # resolved once: with no URL configured, finding the embedded server is a probe
         resolved = None if client is not None else resolve_url(url)
-        # on a cluster, every connection goes to the master of the queue's slot
-        self.route = None if resolved is None else slot_route(resolved, self.core.keys)
-        self.client = client if client is not None else connect(resolved, route=self.route)
+        # on a cluster, every connection goes to the master of the queue's slot (a client
+        # passed in made by cluster.sync_pool / async_pool carries its route)
+        self.route = (
+            slot_route(resolved, self.core.keys)
+            if resolved is not None
+            else client.connection_pool.connection_kwargs.get("route")
+            if client is not None
+            else None
+        )
+        self._client = (
+            client
+            if client is not None
+            else connect(
+                resolved, route=self.route, max_connections=self.core.settings.max_connections
+            )
+        )
         # scripts go over the lean wire when we made the connection ourselves
         endpoint = None if resolved is None else wire_endpoint(resolved, self.route)
         self._wire = None if endpoint is None else SyncWire(endpoint)
-        self._runner = SyncRunner(self.client, self.core.scripts, self._wire)
+        self._runner = SyncRunner(self._client, self.core.scripts, self._wire)
+        self._waits = SyncWaits(self._client, self.core.keys, self._done_element)
         self._checked = False
-        self._pool_options = self.client.connection_pool.connection_kwargs
+        self._pool_options = self._client.connection_pool.connection_kwargs
+        self._url = resolved  # for the other queues of this client's flows (peer)
+        self._peers: dict[str, Queue] = {}
+
+    @property
+    def client(self) -> redis.Redis:
+        """The redis-py client."""
+        return self._client
 
     @property
     def name(self) -> str:
@@ -103,6 +142,9 @@ class Queue:
         self.close()
 
     def close(self) -> None:
+        for peer in self._peers.values():
+            peer.close()
+        self._waits.close()
         if self._wire is not None:
             self._wire.close()
         if self._owns_client:
@@ -142,8 +184,9 @@ class Queue:
 
     def enqueue(self, task: str, data: Any = None, **options: Unpack[EnqueueOptions]) -> Enqueued:
         """Enqueue one job; returns once Redis acknowledged it."""
-        if self.core.hooks.before_enqueue:
-            options = self.core.before_enqueue(task, data, options)  # type: ignore[assignment]
+        if self.core.hooks.on_enqueue:
+            requests = self.core.hooked_requests([JobRequest(task, data, options)])
+            return (self._enqueue_hooked(requests, chunk_size=1))[0]
         job_id, call, packed = self.core.enqueue_one(task, data, options)
         if not self._checked:
             self.check()
@@ -160,9 +203,26 @@ class Queue:
         self, jobs: Iterable[JobRequest | tuple[str, Any]], *, chunk_size: int = 500
     ) -> list[Enqueued]:
         """Enqueue many jobs in pipelined chunks; every job is validated first."""
+        if self.core.hooks.on_enqueue:
+            requests = self.core.hooked_requests(jobs)
+            return self._enqueue_hooked(requests, chunk_size=chunk_size)
         calls, ids = self.core.enqueue_many_calls(jobs, chunk_size)
         self.check()
         return self.core.enqueued_many(ids, self._send_enqueues(calls))
+
+    def _enqueue_hooked(
+        self, requests: list[JobRequest], *, chunk_size: int
+    ) -> list[Enqueued]:
+        """Enqueue jobs that met before_enqueue, then tell after_enqueue."""
+        try:
+            calls, ids = self.core.enqueue_many_calls(requests, chunk_size)
+            self.check()
+            done = self.core.enqueued_many(ids, self._send_enqueues(calls))
+        except BaseException as exc:
+            self.core.after_enqueue(requests, None, exc)
+            raise
+        self.core.after_enqueue(requests, done, None)
+        return done
 
     def _send_enqueues(self, calls: list[ops.Call]) -> list[Any]:
         try:
@@ -320,6 +380,102 @@ class Queue:
             self.client.hdel(self.core.keys.meta, "paused")
             self.client.zadd(self.core.keys.marker, {"0": 0})
 
+    # --- flows -------------------------------------------------------------------
+
+    def peer(self, name: str) -> Queue:
+        """Queue `name` with this queue's settings, on the same server (on a
+        cluster: connected to its own slot's master); this queue for its name."""
+        if name == self.name:
+            return self
+        if name not in self._peers:
+            if self._owns_client:
+                peer = Queue(name, url=self._url, settings=self.core.settings)
+            else:
+                peer = Queue(name, client=self.client, settings=self.core.settings)
+            self._peers[name] = peer
+        return self._peers[name]
+
+    def enqueue_flow(self, flow: FlowJob, *, chunk_size: int = 500) -> FlowEnqueued:
+        """Enqueue a tree of jobs: each parent waits in waiting_children until
+        its children settled, then runs with their results. Nodes are written
+        top-down, parents first; sending the same tree again (same ids)
+        changes nothing that exists. Every node is validated first."""
+        core = self.core
+        plan = FlowPlan(
+            [flow], queue=self.name, prefix=core.keys.prefix, specs=core.specs,
+            events_maxlen=core.settings.events_maxlen, chunk_size=chunk_size,
+        )  # fmt: skip
+        return self.send_plan(plan)[0]
+
+    def send_plan(self, plan: FlowPlan) -> list[FlowEnqueued]:
+        """Write a FlowPlan's calls in order, each on its own queue's slot."""
+        replies = []
+        for flow_call in plan.calls:
+            queue = self.peer(flow_call.queue)
+            queue.check()
+            replies.append(queue._send_enqueues([flow_call.call])[0])
+        return plan.result(replies)
+
+    def enqueue_pipeline(
+        self,
+        steps: Sequence[StepGroup],
+        data: Any = None,
+        *,
+        state: Mapping[str, Any] | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> Enqueued:
+        """Enqueue a pipeline (client/pipelines.py): its steps run one after
+        the other, each in its own queue, a list of steps as a fan-out; each
+        step's job gets the result of the step before as its data (the first:
+        `data`), or with `state`, the shared state mapping, updated by every
+        step's result mapping. Its driver job runs in this queue: its result is
+        the last step's result (a fan-out's: a mapping by step name), or the
+        final state."""
+        spec = pipeline_data(steps, data, state, self.core.specs)
+        return self.enqueue(PIPELINE_TASK, spec, **options)
+
+    def children_results(self, job_id: str) -> ChildrenResults:
+        """What the children of parent `job_id` left it (see ChildrenResults)."""
+        keys = children_keys(self.core.keys, check_job_id(job_id))
+        with translated():
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.hgetall(key)
+            return children_results(*pipe.execute())
+
+    def children_counts(self, job_id: str) -> ChildrenCounts:
+        """Children of parent `job_id`: all, pending, completed, ignored, failed."""
+        return self._counts([job_id])[0]
+
+    def _counts(self, job_ids: list[str]) -> list[ChildrenCounts]:
+        with translated():
+            pipe = self.client.pipeline(transaction=False)
+            keys = self.core.keys
+            for job_id in map(check_job_id, job_ids):
+                pipe.zcard(keys.children(job_id))
+                pipe.scard(keys.pending(job_id))
+                for key in children_keys(keys, job_id):
+                    pipe.hlen(key)
+            replies = pipe.execute() if job_ids else []
+        return [counts_of(replies[i : i + 5]) for i in range(0, len(replies), 5)]
+
+    def flow(self, job_id: str, *, offset: int = 0, limit: int = 100) -> FlowNode:
+        """Node `job_id` of a flow with one page of its children (in the order
+        added), each with its state, result, error and child counts; page on
+        with `offset`, go down with the child's own queue's flow()."""
+        with translated():
+            raw = self.client.hgetall(self.core.job_key(job_id))
+            refs = self.client.zrange(self.core.keys.children(job_id), offset, offset + limit - 1)
+        children = []
+        for ref in (ops.text(r) for r in refs):
+            queue_name, child_id = split_reference(ref)
+            peer = self.peer(queue_name)
+            with translated():
+                child_raw = peer.client.hgetall(peer.core.job_key(child_id))
+            children.append(node_of(ref, child_raw, peer._counts([child_id])[0]))
+        node = node_of(reference(self.name, job_id), raw, self._counts([job_id])[0])
+        return dataclasses.replace(node, children=tuple(children))
+
     # --- inspecting ------------------------------------------------------------
 
     def get(self, job_id: str) -> Job | None:
@@ -358,13 +514,16 @@ class Queue:
         group: str | None = None,
         offset: int = 0,
         limit: int = 100,
+        reverse: bool = False,
     ) -> list[str]:
         """Ids of jobs in `state`, in index order (waiting: run order, ungrouped
         jobs or one `group`'s; delayed: due time; active: lease deadline;
-        finished: expiry)."""
+        finished: expiry), or from its end with `reverse` (finished: newest
+        first)."""
         key = self.core.index_of(state, group)
+        read = self.client.zrevrange if reverse else self.client.zrange
         with translated():
-            ids = self.client.zrange(key, offset, offset + limit - 1)
+            ids = read(key, offset, offset + limit - 1)
         return [ops.text(i) for i in ids]
 
     def find(self, field: str, value: str | int, *, limit: int = 100) -> list[Job]:
@@ -454,6 +613,14 @@ class Queue:
                 after = event.stream_id
                 yield event
 
+    def _done_element(self, job_id: str) -> Any:
+        """The element of done:<id>, if any (LINDEX: it stays for every waiter)."""
+        key = self.core.keys.done(job_id)
+        with translated():
+            if self._wire is not None:
+                return self._wire.call("LINDEX", key, -1)
+            return self._client.lindex(key, -1)
+
     # --- operating (the dashboard and the operator's CLI) ----------------------
 
     def known_queues(self) -> list[str]:
@@ -518,12 +685,19 @@ class Queue:
         return sum(self._drain(key, "remove", "removed", batch) for key in keys)
 
     def _drain(self, key: str, what: str, done: Any, batch: int) -> int:
-        """Apply control `what` to the ids of index `key`, page by page, until
-        it holds only ids the control left in place (skipped by offset)."""
-        total = offset = 0
+        """Apply control `what` to the ids of index `key` up to its last score
+        now, page by page; ids the control leaves in place are stepped over by
+        offset, and ids that come back (a retried job failing again at once)
+        score later, so the walk ends."""
+        with translated():
+            last = self.client.zrange(key, -1, -1, withscores=True)
+        if not last:
+            return 0
+        top, total, offset = last[0][1], 0, 0
         while True:
             with translated():
-                ids = [ops.text(i) for i in self.client.zrange(key, offset, offset + batch - 1)]
+                page = self.client.zrangebyscore(key, "-inf", top, start=offset, num=batch)
+            ids = [ops.text(i) for i in page]
             if not ids:
                 return total
             replies = self._send([self.core.control_call(what, i) for i in ids])
@@ -535,16 +709,10 @@ class Queue:
         """Block on Redis until the job finishes; its result, or JobFailedError,
         JobNotFoundError, or WaitTimeoutError after `timeout` seconds."""
         reply = ops.decode_await(self._runner.run(self.core.await_call(job_id)))
-        deadline = time.monotonic() + timeout
-        done_key = self.core.keys.done(job_id)
-        while reply.state == "pending":
-            left = deadline - time.monotonic()
-            if left <= 0:
+        if reply.state == "pending":
+            # every wait of this client shares one blocking connection (waits.py)
+            element = self._waits.wait(job_id, timeout)
+            if element is None:
                 raise WaitTimeoutError(f"job {job_id!r} did not finish within {timeout} s")
-            with translated():
-                # redis-py types the timeout as int; Redis takes decimal seconds
-                block: Any = block_slice(self._pool_options, left)
-                element = self.client.blmove(done_key, done_key, block, "RIGHT", "LEFT")
-            if element is not None:
-                reply = ops.decode_done(element)
+            reply = ops.decode_done(element)
         return self.core.outcome(job_id, reply)

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, Unpack, cast, overload
 
 from conveyor.client.aio import AsyncQueue
 from conveyor.client.core import Enqueued, EnqueueOptions, QueueSettings
+from conveyor.client.flows import FailurePolicy, FlowJob
 from conveyor.client.sync import Queue
 from conveyor.errors import ConfigurationError, UnknownOptionError
 from conveyor.options import ENQUEUE_OPTIONS, check_name, check_task_name
@@ -68,6 +69,25 @@ class Task(Generic[D, R]):
     async def aenqueue(self, data: D, **options: Unpack[EnqueueOptions]) -> Enqueued:
         queue = self.tasks.async_queue()
         return await queue.enqueue(self.name, data, **self._options(data, options))
+
+    def node(
+        self,
+        data: D,
+        *,
+        children: Sequence[FlowJob] = (),
+        on_fail: FailurePolicy = "fail",
+        **options: Unpack[EnqueueOptions],
+    ) -> FlowJob:
+        """A node of a flow (Queue.enqueue_flow) that runs this task in its
+        queue, after `children`; `on_fail`: what its failure does to its parent."""
+        return FlowJob(
+            task=self.name,
+            data=data,
+            queue=self.tasks.queue_name,
+            on_fail=on_fail,
+            children=children,
+            options=self._options(data, options),
+        )
 
     def _options(self, data: D, options: EnqueueOptions) -> EnqueueOptions:
         merged: EnqueueOptions = {**self.defaults, **options}

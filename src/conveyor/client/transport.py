@@ -19,7 +19,13 @@ from redis import exceptions as rx
 
 from conveyor.client.cluster import SlotRedirect, SlotRoute, async_pool, sync_pool
 from conveyor.client.connection import connection_options
-from conveyor.client.wire import AsyncWire, HandshakeError, SyncWire, handshake_error
+from conveyor.client.wire import (
+    AsyncWire,
+    HandshakeError,
+    SyncWire,
+    handshake_answered,
+    handshake_error,
+)
 from conveyor.errors import (
     ConfigurationError,
     ConnectionLostError,
@@ -50,12 +56,23 @@ def translate(exc: Exception) -> ConveyorError | None:
         return OutOfMemoryError(f"Redis is out of memory (maxmemory reached): {exc}")
     if isinstance(exc, rx.NoPermissionError) or "NOPERM" in str(exc):
         return ConfigurationError(f"the Redis user lacks a permission: {exc}")
+    if _pool_exhausted(exc):
+        return ConnectionLostError(
+            f"{exc}: every connection of the client's pool is in use (nothing was sent); "
+            "raise QueueSettings(max_connections=...) or run fewer calls at once"
+        )
     if isinstance(exc, rx.ConnectionError | rx.TimeoutError):
         message = str(exc)
         if "connecting" in message or "refused" in message.lower():
             return ConnectionLostError(f"cannot reach Redis: {message}")
         return UncertainWriteError(f"lost the connection to Redis mid-command: {message}")
     return None
+
+
+def _pool_exhausted(exc: Exception) -> bool:
+    """redis-py's pool refused to open one more connection: raised before
+    anything is written (a MaxConnectionsError on redis-py 6+)."""
+    return isinstance(exc, rx.ConnectionError) and str(exc) == "Too many connections"
 
 
 _REFUSED = (rx.AuthenticationError, rx.AuthorizationError, HandshakeError)
@@ -72,8 +89,10 @@ def _handshake(connection: Any) -> None:
         pass
     except _REFUSED:  # credentials refused: a reply, not a broken handshake
         raise
-    except (rx.ConnectionError, rx.TimeoutError) as exc:
+    except (rx.ConnectionError, rx.TimeoutError, rx.InvalidResponse) as exc:
+        # InvalidResponse: the port answered, but not in RESP (not Redis)
         raise handshake_error(connection._host_error(), exc) from exc
+    handshake_answered(connection._host_error())
 
 
 async def _handshake_async(connection: Any) -> None:
@@ -85,8 +104,9 @@ async def _handshake_async(connection: Any) -> None:
         pass
     except _REFUSED:
         raise
-    except (rx.ConnectionError, rx.TimeoutError) as exc:
+    except (rx.ConnectionError, rx.TimeoutError, rx.InvalidResponse) as exc:
         raise handshake_error(connection._host_error(), exc) from exc
+    handshake_answered(connection._host_error())
 
 
 def sync_client(url: str, route: SlotRoute | None = None, **overrides: Any) -> redis.Redis:

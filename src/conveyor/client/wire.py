@@ -50,11 +50,35 @@ class HandshakeError(rx.ConnectionError):
     nothing was sent but the handshake, so nothing was applied."""
 
 
+# Addresses where a handshake has succeeded in this process. A handshake that
+# then fails there is a network fault or a restarting server, not a port that
+# does not speak Redis: the error must not send the reader looking for TLS.
+_ANSWERED: set[str] = set()
+
+
+def handshake_answered(address: str) -> None:
+    """Note that `address` completed a handshake (it is a plaintext Redis)."""
+    _ANSWERED.add(address)
+
+
 def handshake_error(address: str, exc: Exception) -> HandshakeError:
-    return HandshakeError(
-        f"Error connecting to Redis at {address}: the connection closed during the "
-        f"handshake ({exc}). Is this a TLS port (use rediss://), or not Redis at all?"
-    )
+    """What happened to a handshake that got no reply, said plainly: reset,
+    closed or timed out, and whether the address had answered before."""
+    text = str(exc)
+    if isinstance(exc, rx.TimeoutError):
+        what = "the handshake got no reply in time"
+    elif "reset by peer" in text.lower() or isinstance(exc.__cause__, ConnectionResetError):
+        what = "the connection was reset during the handshake"
+    else:
+        what = "the connection closed during the handshake"
+    if address in _ANSWERED:
+        hint = (
+            "This address answered before: the network or a restarting Redis dropped the "
+            "connection. Nothing but the handshake was sent."
+        )
+    else:
+        hint = "Is this a TLS port (use rediss://), or not Redis at all?"
+    return HandshakeError(f"Error connecting to Redis at {address}: {what} ({exc}). {hint}")
 
 
 def error_of(reply: hiredis.ReplyError) -> rx.RedisError:
@@ -153,6 +177,7 @@ class SyncWire:
             if isinstance(reply, rx.RedisError):
                 self.close()
                 raise reply
+        handshake_answered(str(where))
         return sock
 
     def close(self) -> None:
@@ -367,6 +392,7 @@ class AsyncWire:
                 if isinstance(reply, rx.RedisError):
                     transport.close()
                     raise reply
+            handshake_answered(str(where))
             self._protocol = protocol
             return protocol
 

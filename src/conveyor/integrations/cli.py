@@ -18,6 +18,11 @@ from conveyor.client.connection import URL_VARIABLES
 from conveyor.client.sync import Queue
 from conveyor.client.tasks import Tasks
 from conveyor.errors import ConveyorError
+from conveyor.hooks import Hook
+from conveyor.integrations import logs
+from conveyor.integrations.cli_observe import log_command
+from conveyor.integrations.cli_ops import COMMANDS as OPERATOR_COMMANDS
+from conveyor.integrations.cli_ops import require_queue
 from conveyor.integrations.embedded import EmbeddedRedis
 from conveyor.integrations.progress import ProgressBar, follow
 from conveyor.worker.runtime import Worker, WorkerSettings
@@ -34,12 +39,27 @@ def load_tasks(target: str) -> Tasks:
         raise click.BadParameter("expected module:attribute, e.g. app:tasks")
     sys.path.insert(0, os.getcwd())
     try:
-        found: Any = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise click.BadParameter(f"cannot load {target}: {exc}") from exc
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        if not _is_missing(exc, module_name):
+            raise  # an import inside the user's module failed: its traceback says where
+        raise click.BadParameter(
+            f"no module {module_name!r} (looked in {os.getcwd()} and on sys.path)"
+        ) from exc
+    try:
+        found: Any = getattr(module, attribute)
+    except AttributeError as exc:
+        raise click.BadParameter(f"module {module_name!r} has no {attribute!r}") from exc
     if not isinstance(found, Tasks):
         raise click.BadParameter(f"{target} is a {type(found).__name__}, not conveyor Tasks")
     return found
+
+
+def _is_missing(exc: ImportError, module_name: str) -> bool:
+    """True when the module named on the command line (or a package above
+    it) does not exist, not when something it imports fails."""
+    parts = module_name.split(".")
+    return exc.name in {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
 
 
 def redis_url(url: str | None, stack: ExitStack) -> str:
@@ -66,9 +86,12 @@ class Concurrency(click.ParamType):  # type: ignore[type-arg]  # generic in clic
         if value == "auto" or isinstance(value, int):
             return value
         try:
-            return int(value)
+            number = int(value)
         except ValueError:
             self.fail(f"{value!r} is neither a number nor 'auto'", param, ctx)
+        if number < 1:
+            self.fail(f"{value!r} is not at least 1", param, ctx)
+        return number
 
 
 CONCURRENCY = Concurrency()
@@ -126,12 +149,37 @@ def execution_settings(concurrency: int | str, options: dict[str, Any]) -> dict[
     }
 
 
-@click.group()
-@click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
-def main(verbose: int) -> None:
-    """Conveyor: a Redis-backed job queue."""
-    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+class ConveyorGroup(click.Group):
+    """The logging options work after a subcommand too (`conveyor worker app:tasks -v`)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, logs.hoist_logging_options(args))
+
+
+@click.group(cls=ConveyorGroup)
+@click.version_option(package_name="conveyor", message="conveyor %(version)s")
+@click.option(
+    "-v", "--verbose", count=True, help="More logging: -v a line per job (info), -vv debug."
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(logs.LEVELS, case_sensitive=False),
+    default=None,
+    help="Log level (default: warning; overrides -v).",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(logs.FORMATS),
+    default="text",
+    show_default=True,
+    help="json: one object per line, with job_id, task, queue and attempt for jobs.",
+)
+def main(verbose: int, log_level: str | None, log_format: str) -> None:
+    """Conveyor: a Redis-backed job queue.
+
+    The logging options may also follow the subcommand."""
+    level = log_level or ["warning", "info", "debug"][min(verbose, 2)]
+    logs.configure(level, log_format)
 
 
 @main.command()
@@ -145,10 +193,28 @@ def main(verbose: int) -> None:
     show_default=True,
     help="Jobs at once, or 'auto': follow the CPU between --min and --max.",
 )
-@click.option("--lease", default=30.0, show_default=True, help="Lease length, seconds.")
-@click.option("--grace", default=30.0, show_default=True, help="SIGTERM grace, seconds.")
+@click.option(
+    "--lease", type=click.FloatRange(min=0.2), default=30.0, show_default=True,
+    help="Lease length, seconds.",
+)  # fmt: skip
+@click.option(
+    "--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
+    help="SIGTERM grace, seconds.",
+)  # fmt: skip
 @click.option("--burst", is_flag=True, help="Drain the queue, then exit.")
 @click.option("--failures", is_flag=True, help="Run the failure handlers' jobs instead.")
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    help="Serve Prometheus metrics on this port (the prometheus extra).",
+)
+@click.option(
+    "--metrics-history/--no-metrics-history",
+    default=True,
+    show_default=True,
+    help="Keep the queue's metrics history in Redis.",
+)
 @execution_options
 def worker(
     target: str,
@@ -158,6 +224,8 @@ def worker(
     grace: float,
     burst: bool,
     failures: bool,
+    metrics_port: int | None,
+    metrics_history: bool,
     **execution: Any,
 ) -> None:
     """Run a worker for the tasks at TARGET (module:attribute)."""
@@ -168,9 +236,14 @@ def worker(
         burst=burst,
         failures=failures,
         **execution_settings(concurrency, execution),
+        metrics=metrics_history,
     )
     with ExitStack() as stack:
-        run = Worker(tasks, url=redis_url(url or tasks.url, stack), settings=settings)
+        resolved = redis_url(url or tasks.url, stack)
+        hooks = []
+        if metrics_port is not None:
+            hooks.append(metrics_endpoint(metrics_port, tasks, resolved, failures, stack))
+        run = Worker(tasks, url=resolved, settings=settings, hooks=hooks)
         click.echo(f"worker {run.id}: queue {tasks.queue_name!r}, tasks {sorted(tasks.handlers)}")
         run.run_sync()
         click.echo(f"worker {run.id}: {run.processed} completed, {run.failed} failed")
@@ -182,12 +255,29 @@ def worker(
     os._exit(0)
 
 
+def metrics_endpoint(
+    port: int, tasks: Tasks, url: str, failures: bool, stack: ExitStack
+) -> Hook:
+    """Serve the worker's Prometheus metrics on `port`; the hook that feeds them."""
+    try:
+        from conveyor.integrations.prometheus import worker_endpoint
+    except ImportError as exc:
+        raise click.UsageError(
+            f"--metrics-port needs prometheus-client: pip install 'conveyor[prometheus]' ({exc})"
+        ) from exc
+    queue = stack.enter_context(Queue(tasks.queue_name, url=url, settings=tasks.settings))
+    hook = worker_endpoint(port, queue.failure_lane() if failures else queue)
+    click.echo(f"Prometheus metrics on http://0.0.0.0:{port}/metrics", err=True)
+    return hook
+
+
 @main.command()
 @click.argument("queue", default="default")
 @url_option
 def info(queue: str, url: str | None) -> None:
     """Job counts per state and the live workers of QUEUE."""
     with ExitStack() as stack, Queue(queue, url=redis_url(url, stack)) as q:
+        require_queue(q)
         counts = {state.value: n for state, n in q.counts().items()}
         workers = [{"id": w.id, **w.info} for w in q.workers()]
         click.echo(json.dumps({"queue": queue, "counts": counts, "workers": workers}, indent=2))
@@ -216,8 +306,9 @@ def watch(queue: str, url: str | None, total: int | None, timeout: float) -> Non
 @click.argument("data", default="null")
 @url_option
 @click.option("--id", "job_id", default=None)
-@click.option("--delay", type=float, default=None)
-@click.option("--priority", default=None)
+@click.option("--delay", type=click.FloatRange(min=0), default=None, help="Seconds.")
+@click.option("--priority", default=None, help="0 (highest) .. 2097152, or high/normal/low.")
+@click.option("--force", is_flag=True, help="Enqueue even if no live worker runs TASK.")
 def enqueue(
     queue: str,
     task: str,
@@ -226,15 +317,21 @@ def enqueue(
     job_id: str | None,
     delay: float | None,
     priority: str | None,
+    force: bool,
 ) -> None:
-    """Enqueue one job of TASK with JSON DATA."""
-    options: dict[str, Any] = {"id": job_id, "delay": delay}
-    if priority is not None:
-        options["priority"] = int(priority) if priority.isdigit() else priority
+    """Enqueue one job of TASK with JSON DATA (a string is quoted: '"abc"')."""
+    try:
+        payload = json.loads(data)
+    except ValueError as exc:
+        raise click.BadParameter(
+            f"not JSON ({exc}); a string needs JSON quotes, e.g. '\"{data}\"'",
+            param_hint="DATA",
+        ) from None
+    options: dict[str, Any] = {"id": job_id, "delay": delay, "priority": _priority(priority)}
     with ExitStack() as stack, Queue(queue, url=redis_url(url, stack)) as q:
-        done = q.enqueue(
-            task, json.loads(data), **{k: v for k, v in options.items() if v is not None}
-        )
+        if not force:
+            _check_task_runs(q, task)
+        done = q.enqueue(task, payload, **{k: v for k, v in options.items() if v is not None})
         click.echo(json.dumps({"id": done.id, "outcome": done.outcome, "state": done.state}))
 
 
@@ -255,24 +352,32 @@ def abort(queue: str, job_id: str, url: str | None) -> None:
 PASS_ON = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
 
 
-@main.command(context_settings=PASS_ON)
-@click.pass_context
-def archive(ctx: click.Context) -> None:
-    """Copy finished jobs into Parquet with Spark, then remove them from Redis
-    (--url --queue Q --path DIR [--finished-before] [--master]; --help for more)."""
-    from conveyor.integrations.spark.archive import main as archive_main
+def _priority(given: str | None) -> int | str | None:
+    """A number (negative ones too, for the client's own range check) or a name."""
+    if given is None:
+        return None
+    try:
+        return int(given)
+    except ValueError:
+        return given
 
-    raise SystemExit(archive_main(ctx.args))
 
-
-@main.command(context_settings=PASS_ON)
-@click.pass_context
-def report(ctx: click.Context) -> None:
-    """Throughput, latency and failure analytics with Spark, as HTML and JSON
-    ([--url] [--queue Q] [--archive DIR] [--out DIR] [--master]; --help for more)."""
-    from conveyor.integrations.spark.report import main as report_main
-
-    raise SystemExit(report_main(ctx.args))
+def _check_task_runs(queue: Queue, task: str) -> None:
+    """Refuse a task no live worker of the queue runs; warn when none is live."""
+    workers = queue.workers()
+    if not workers:
+        click.echo(
+            f"warning: no live worker on queue {queue.name!r}, so task {task!r} is not "
+            "checked; a worker without it fails the job",
+            err=True,
+        )
+        return
+    known = sorted({str(t) for w in workers for t in w.info.get("tasks", [])})
+    if task not in known:
+        raise click.UsageError(
+            f"no live worker of queue {queue.name!r} runs task {task!r} (they run: "
+            f"{', '.join(known) or 'nothing'}); --force enqueues it anyway"
+        )
 
 
 @main.command()
@@ -296,6 +401,11 @@ def redis(stop: bool) -> None:
         signal.sigwait(signals)
         embedded.shutdown()
         click.echo("stopped")
+
+
+main.add_command(log_command)
+for command in OPERATOR_COMMANDS:
+    main.add_command(command)
 
 
 def run() -> None:

@@ -1,5 +1,6 @@
 """`make demo`: an embedded Redis, 10,000 jobs, workers with a progress bar,
-and a summary — then, when PySpark is installed, the Spark pipeline."""
+and a summary — then, when PySpark is installed, the Spark pipeline and a DataFrame
+through the queue and back (`conveyor.spark.apply`, rate-limited)."""
 
 from __future__ import annotations
 
@@ -116,6 +117,9 @@ def run_spark(url: str, args: argparse.Namespace) -> None:
             spark, url, rows, workers=max(2, args.workers), concurrency=args.concurrency
         )
         print(f"the pipeline's report: {result.report_html} (summary: {result.report_json})")
+        from conveyor.integrations.spark.apply_demo import run_apply_demo
+
+        run_apply_demo(spark, url, args.spark_rows, workers=max(2, args.workers))
     finally:
         spark.stop()
 

@@ -10,7 +10,6 @@ Nothing here reads the environment or touches the filesystem at import time.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +36,10 @@ __all__ = ["DATA_DIR_ENV", "EmbeddedRedis", "default_data_dir"]
 @contextlib.contextmanager
 def _exclusive_lock(path: Path) -> Iterator[None]:
     # Held while we check for a running server and start one, so two processes starting at
-    # the same moment cannot both launch a server onto the same AOF files.
+    # the same moment cannot both launch a server onto the same AOF files. Imported here: the
+    # CLI imports this module, and must start without fcntl (Windows) when given a --url.
+    import fcntl
+
     with open(path, "ab") as handle:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         try:

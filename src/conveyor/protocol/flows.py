@@ -63,7 +63,9 @@ def decode_flow_add(reply: Sequence[Any]) -> list[tuple[str, str]]:
 
 @dataclass(frozen=True, slots=True)
 class HandOff:
-    """One outbox entry: a child's settlement on its way to its parent."""
+    """One outbox entry: a child's settlement on its way to its parent, or
+    (op `cancel`) a cancelled parent of this queue whose children are to be
+    cancelled."""
 
     entry_id: str
     parent: str  # reference
@@ -71,6 +73,7 @@ class HandOff:
     outcome: str  # completed | failed
     payload: str
     policy: str
+    op: str = ""  # '' (a hand-off) | cancel
 
 
 def decode_outbox(entries: Sequence[Any]) -> list[HandOff]:
@@ -84,7 +87,7 @@ def decode_outbox(entries: Sequence[Any]) -> list[HandOff]:
         out.append(
             HandOff(
                 text(entry_id), f.get("parent", ""), f.get("child", ""), f.get("outcome", ""),
-                f.get("payload", ""), f.get("policy", ""),
+                f.get("payload", ""), f.get("policy", ""), f.get("op", ""),
             )
         )  # fmt: skip
     return out
@@ -106,3 +109,18 @@ def flow_settle(keys: QueueKeys, hand_offs: Sequence[HandOff], *, events_maxlen:
 def decode_flow_settle(reply: Sequence[Any]) -> list[str]:
     """Per hand-off: dup | recorded | released | failed."""
     return [text(x) for x in reply]
+
+
+def flow_attach(keys: QueueKeys, job_id: str, token: str, refs: Sequence[str]) -> Call:
+    """A running job adds children (references) to itself, before they are written."""
+    return Call("flow_attach", (keys.base,), (job_id, token, *refs))
+
+
+def flow_wait(keys: QueueKeys, job_id: str, token: str, *, events_maxlen: int) -> Call:
+    """A running job gives up its lease until its children have settled."""
+    return Call(
+        "flow_wait",
+        (keys.base, keys.active, keys.ready, keys.scheduled, keys.marker, keys.events,
+         keys.waiting_children),
+        (job_id, token, events_maxlen),
+    )  # fmt: skip

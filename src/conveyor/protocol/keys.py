@@ -187,6 +187,10 @@ class QueueKeys:
         """Hash: child reference -> error, for children that failed under `fail` / `continue`."""
         return self.base + "cfailed:" + job_id
 
+    def cancelling(self, job_id: str) -> str:
+        """Set: the pending children of a cancelled parent, still to be cancelled."""
+        return self.base + "cancelling:" + job_id
+
     def wake(self, worker_id: str) -> str:
         """A worker's own wake-up zset, blocked on beside the marker, so it
         can be woken to stop without cancelling a blocking command."""

@@ -32,6 +32,4 @@ def record_metrics(
 
 def job_log(keys: QueueKeys, *, job_id: str, token: str, lines: Sequence[str]) -> Call:
     cut = [line[:JOB_LOG_MAX_LINE] for line in lines]
-    return Call(
-        "job_log", (keys.base,), (job_id, token, JOB_LOG_MAX_LINES, JOB_LOG_TTL_MS, *cut)
-    )
+    return Call("job_log", (keys.base,), (job_id, token, JOB_LOG_MAX_LINES, JOB_LOG_TTL_MS, *cut))

@@ -23,7 +23,7 @@ NEW_ARITY = 3  # enqueue_new's ARGV entries per job: id, task, data
 # One job of an enqueue_new call: (id, task, data).
 NewJob = tuple[str, str, str]
 # Fields per job in the claim script's reply (see claim.lua).
-CLAIM_ARITY = 14
+CLAIM_ARITY = 15
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +95,8 @@ class JobSpec:
 
     # the caller chose the id (else it is a fresh random one: no stale entry)
     given_id: bool = True
+    # headers that travel with the job (trace context): compact JSON text, or ''
+    headers: str = ""
 
     def argv(self) -> tuple[Arg, ...]:
         index = "\n".join(f"{field}:{value}" for field, value in self.index) if self.index else ""
@@ -108,6 +110,7 @@ class JobSpec:
             and self.run_at_ms is None
             and not self.lifo
             and not self.group
+            and not self.headers
             and (self.rules is _DEFAULT_RULES or self.rules == _DEFAULT_RULES)
             and (
                 self.priority, self.max_failures, self.max_stalls, self.min_backoff_ms,
@@ -137,6 +140,8 @@ class JobSpec:
             opts.append("lifo=1")
         if self.group:
             opts.append(f"group={self.group}")
+        if self.headers:
+            opts.append(f"headers={self.headers}")
         if self.rules != _DEFAULT_RULES:
             opts.extend(self.rules.options())
         if self.given_id:
@@ -169,6 +174,7 @@ class ClaimedJob:
     priority: int | None
     created_at_ms: int | None
     schedule: str | None = None  # the schedule id of a repeatable job's tick
+    headers: str | None = None  # JSON text of the headers given at enqueue
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +325,7 @@ def decode_claim(reply: Sequence[Any]) -> ClaimReply:
                 priority=_int(f[11]),
                 created_at_ms=_int(f[12]),
                 schedule=None if f[13] is None else text(f[13]),
+                headers=None if f[14] is None else text(f[14]),
             )
         )
     return ClaimReply(int(reply[0]), _optional_ms(reply[1]), jobs, int(reply[2]) == 1)
@@ -337,7 +344,13 @@ def complete(keys: QueueKeys, items: Sequence[tuple[str, str, str]], *, events_m
 
 
 def decode_complete(reply: Sequence[Any]) -> list[bool]:
-    return [int(x) == 1 for x in reply]
+    """Per job: completed (1, or 2 when its flow hand-off went to the outbox)."""
+    return [int(x) >= 1 for x in reply]
+
+
+def handed_off(reply: Sequence[Any]) -> bool:
+    """Whether a complete call left a flow hand-off in the outbox (a 2)."""
+    return any(int(x) == 2 for x in reply)
 
 
 def fail(keys: QueueKeys, items: Sequence[FailItem], *, events_maxlen: int) -> Call:
@@ -351,6 +364,23 @@ def fail(keys: QueueKeys, items: Sequence[FailItem], *, events_maxlen: int) -> C
          keys.events, keys.blocked),
         tuple(args),
     )  # fmt: skip
+
+
+def policy(keys: QueueKeys, job_id: str, token: str, options: Sequence[tuple[str, int]]) -> Call:
+    """Give a claimed job its task's options where it has none (policy.lua);
+    `options`: (name, value) pairs, times in ms."""
+    args: list[Arg] = [job_id, token]
+    for name, value in options:
+        args.extend((name, value))
+    return Call("policy", (keys.base,), tuple(args))
+
+
+def decode_policy(reply: Sequence[Any]) -> int | None:
+    """The timeout (ms) in force; None when the lease is lost."""
+    status = text(reply[0])
+    if status == "bad":
+        raise ValueError("policy.lua refused an option name or value")
+    return int(reply[1]) if status == "ok" else None
 
 
 def decode_fail(reply: Sequence[Any]) -> list[str]:

@@ -17,6 +17,7 @@ SCRIPT_NAMES = (
     "claim",
     "heartbeat",
     "progress",
+    "policy",
     "complete",
     "fail",
     "reap",
@@ -36,6 +37,8 @@ SCRIPT_NAMES = (
     "job_log",
     "flow_add",
     "flow_settle",
+    "flow_attach",
+    "flow_wait",
 )
 
 _INCLUDE = "-- @include "

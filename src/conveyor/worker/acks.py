@@ -22,11 +22,17 @@ Outcome = tuple[str, str, Success | Failure]  # id, token, outcome
 
 class AckBuffer:
     def __init__(
-        self, runner: AsyncRunner, core: QueueCore, on_written: Callable[[str, str], None]
+        self,
+        runner: AsyncRunner,
+        core: QueueCore,
+        on_written: Callable[[str, str], None],
+        on_handed_off: Callable[[], None] | None = None,
     ) -> None:
         self.runner = runner
         self.core = core
         self.on_written = on_written  # (job id, what happened)
+        # a completed flow child's hand-off waits in the outbox: carry it now
+        self.on_handed_off = on_handed_off
         self._pending: list[Outcome] = []
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -55,7 +61,11 @@ class AckBuffer:
                 delay = 0.05
             except (ConnectionLostError, OSError) as exc:
                 # Re-sending is safe: a run that was already ended refuses the write.
-                log.warning("acknowledging %d job(s) failed, retrying: %s", len(batch), exc)
+                log.warning(
+                    "could not write the outcomes of %d job(s) (%s); writing them again",
+                    len(batch),
+                    exc,
+                )
                 self._pending = batch + self._pending
                 await asyncio.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 5.0)
@@ -64,7 +74,11 @@ class AckBuffer:
             except Exception:
                 # A script refused the batch (a corrupt record, say): write the
                 # jobs one by one, so one bad job cannot hold back the others.
-                log.exception("acknowledging %d job(s) failed; writing them one by one", len(batch))
+                log.exception(
+                    "Redis refused the outcomes of %d job(s) written together; "
+                    "writing them one by one",
+                    len(batch),
+                )
                 await self._write_each(batch)
             if not self._pending:
                 self._idle.set()
@@ -99,6 +113,8 @@ class AckBuffer:
         if done:
             for (job_id, _, _), ok in zip(done, ops.decode_complete(replies[0]), strict=True):
                 self.on_written(job_id, "completed" if ok else "lost")
+            if self.on_handed_off is not None and ops.handed_off(replies[0]):
+                self.on_handed_off()
         if failed:
             for item, what in zip(failed, ops.decode_fail(replies[-1]), strict=True):
                 self.on_written(item.id, what)

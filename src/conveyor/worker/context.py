@@ -5,19 +5,41 @@ from conveyor.worker import current_job
 def resize(data):
     job = current_job()
     job.progress(3, 10)     # or job.progress(0.3)
+    job.log("resized 3 of 10")  # the job's own log
     if job.cancelled:       # timed out, aborted, lease lost: stop early
         return
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import asyncio
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn, Protocol, TypeVar
 
+from conveyor.client.flows import ChildrenResults, FlowEnqueued, FlowJob
 from conveyor.errors import ConveyorError, ValidationError
+
+T = TypeVar("T")
+
+
+class FlowAccess(Protocol):
+    """What a handler may do with flows, done by its worker on its event loop."""
+
+    async def children(self, ctx: JobContext) -> ChildrenResults: ...
+
+    async def add_children(
+        self, ctx: JobContext, children: Sequence[FlowJob]
+    ) -> list[FlowEnqueued]: ...
+
+    async def wait(self, ctx: JobContext) -> str: ...
+
+
+class WaitingForChildren(ConveyorError):  # noqa: N818 - raised to end a run, not an error
+    """Raised by wait_for_children(): the run ends without an outcome and the
+    job runs again once its children have settled. Let it propagate."""
 
 
 @dataclass(eq=False)
@@ -39,11 +61,74 @@ class JobContext:
     # be stopped from outside, so a long one should check this flag and return.
     cancelled: bool = False
     waited: float | None = None  # s from enqueue to start, first attempts; set for hooks
+    report_log: Callable[[JobContext, list[str]], None] | None = field(default=None, repr=False)
+    headers: dict[str, str] | None = None  # given at enqueue (trace context, say)
+    # flows: read children, add some, wait for them; run on the worker's event loop
+    flows: FlowAccess | None = field(default=None, repr=False)
+    loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
 
     def progress(self, done: float, total: float | None = None) -> None:
         """Report progress as a fraction, or as `done` out of `total`."""
         fraction = _fraction(done, total)
         self.report_progress(self, fraction)
+
+    def log(self, *lines: str) -> None:
+        """Append lines to this job's own log (`Queue.job_log(id)`, `conveyor
+        log`): its last 1000 lines are kept as long as the job's record. A
+        line written after the lease was lost is dropped."""
+        if self.report_log is None:
+            raise ConveyorError("this job has no log writer")
+        texts = [str(line) for line in lines]
+        if texts:
+            self.report_log(self, texts)
+
+    def _flows(self) -> FlowAccess:
+        if self.flows is None:
+            raise ConveyorError("this job's worker does not run flows")
+        return self.flows
+
+    def _in_worker_loop(self, coroutine: Coroutine[Any, Any, T], name: str) -> T:
+        """A sync handler's call (it runs in a pool thread) done on the loop."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            assert self.loop is not None
+            return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+        coroutine.close()
+        raise ConveyorError(f"in an async handler, use: await current_job().{name}_async()")
+
+    async def children_async(self) -> ChildrenResults:
+        """A flow parent's children: results by child id, and the errors of
+        those that failed under `ignore` (and `fail` / `continue`)."""
+        return await self._flows().children(self)
+
+    def children(self) -> ChildrenResults:
+        """children_async() for a sync handler."""
+        return self._in_worker_loop(self._flows().children(self), "children")
+
+    async def add_children_async(self, children: Sequence[FlowJob]) -> list[FlowEnqueued]:
+        """The step-job pattern: give this running job more children (trees,
+        in any queue; None as a child's queue means this job's). Then
+        wait_for_children_async() ends the run until they have settled."""
+        return await self._flows().add_children(self, children)
+
+    def add_children(self, children: Sequence[FlowJob]) -> list[FlowEnqueued]:
+        """add_children_async() for a sync handler."""
+        return self._in_worker_loop(self._flows().add_children(self, children), "add_children")
+
+    async def wait_for_children_async(self) -> NoReturn:
+        """Give up this run's slot until the job's pending children have
+        settled; the job then runs again (children_async() has their
+        results). Raises WaitingForChildren: let it propagate."""
+        outcome = await self._flows().wait(self)
+        self.lost = True  # nothing is written for this run: it ended here
+        raise WaitingForChildren(f"job {self.id}: {outcome}")
+
+    def wait_for_children(self) -> NoReturn:
+        """wait_for_children_async() for a sync handler."""
+        outcome = self._in_worker_loop(self._flows().wait(self), "wait_for_children")
+        self.lost = True
+        raise WaitingForChildren(f"job {self.id}: {outcome}")
 
 
 def _fraction(done: float, total: float | None) -> float:
@@ -65,6 +150,11 @@ def current_job() -> JobContext:
     if job is None:
         raise ConveyorError("current_job() called outside a running job")
     return job
+
+
+def current_job_or_none() -> JobContext | None:
+    """The job being run by the calling code, or None outside a job."""
+    return _current.get()
 
 
 def set_current(job: JobContext | None) -> None:

@@ -26,8 +26,8 @@ Leases = Callable[[], list[tuple[str, str]]]
 
 
 class Heartbeat(threading.Thread):
-    """Every `interval` s: renew the held leases, announce the worker, and
-    reap expired leases of any worker of the queue."""
+    """Every `interval` s, on a fixed cadence: renew the held leases,
+    announce the worker, and reap expired leases of any worker of the queue."""
 
     def __init__(
         self,
@@ -65,6 +65,7 @@ class Heartbeat(threading.Thread):
 
     def run(self) -> None:
         failures = 0
+        due = time.monotonic()  # when this beat was meant to start
         while True:
             try:
                 self.beat()
@@ -72,23 +73,36 @@ class Heartbeat(threading.Thread):
                 if self.after_beat is not None:
                     self.after_beat(self.runner)
                 if failures:
-                    log.warning("heartbeat back after %d failed attempt(s)", failures)
+                    log.warning("heartbeat sent again after %d failed attempt(s)", failures)
                 failures = 0
             except (ConveyorError, redis.RedisError) as exc:  # Redis away or full
                 failures += 1
                 if failures == 1 or failures % 10 == 0:  # not a line per attempt
-                    log.warning("heartbeat failed (%d in a row): %s", failures, exc)
+                    log.warning(
+                        "could not send the heartbeat (%d time(s) in a row): %s", failures, exc
+                    )
             except Exception:  # never let the thread die silently
                 failures += 1
                 log.exception("heartbeat failed")
-            if self._stop.wait(self._pause(failures)):
+            due = self._next_due(due, failures)
+            if self._stop.wait(max(0.0, due - time.monotonic())):
                 return
 
-    def _pause(self, failures: int) -> float:
-        """The beat period; after failures, up to 4x longer with jitter (a
-        reconnect storm helps nobody), never past a lease's worth."""
-        if not failures:
-            return self.interval
+    def _next_due(self, due: float, failures: int) -> float:
+        """Beats keep a fixed cadence: the next one is due `interval` after
+        this one was due, however long its round trips took (waiting a full
+        interval after them renewed a lease every lease/3 plus two round
+        trips). A beat already late goes at once, and the cadence restarts
+        from it: late beats are not made up in a burst. After failures the
+        pause backs off (`_backoff`), counted from now."""
+        now = time.monotonic()
+        if failures:
+            return now + self._backoff(failures)
+        return max(due + self.interval, now)
+
+    def _backoff(self, failures: int) -> float:
+        """After failures, up to 4x the period with jitter (a reconnect storm
+        helps nobody), never past a lease's worth."""
         backoff = self.interval * min(4.0, 1.5**failures) * (0.75 + random.random() / 2)
         return min(backoff, self.lease_ms / 1000)
 
@@ -119,7 +133,8 @@ class Heartbeat(threading.Thread):
             reply = ops.decode_reap(self.runner.run(call))
             if reply.recovered or reply.failed:
                 log.warning(
-                    "recovered %d stalled job(s), failed %d after too many stalls",
+                    "expired leases: %d job(s) back in the queue, %d failed for good "
+                    "after too many stalls",
                     reply.recovered,
                     reply.failed,
                 )

@@ -1,103 +1,121 @@
 """The worker's side of the metrics history (conveyor.metrics): a hook that
 counts in memory what this worker's jobs did, and a flush on each heartbeat
-that adds the counts to Redis in one script call, so the history costs no
-round trip per job.
+that adds what grew since the last flush to Redis in one script call, so the
+history costs no round trip per job.
 
-The hooks run on the event loop, the flush and the reaper's report on the
-heartbeat thread: a lock guards the counts. A flush that fails keeps its
-counts for the next one.
+No lock per job: the counters only grow, and each has one writer (the job
+hooks on the event loop; the reaper's report on the heartbeat thread). A
+flush reads them, sends the difference from what it sent last, and
+remembers what it sent only once Redis took it: a flush that fails leaves
+its counts to the next one.
 """
 
 from __future__ import annotations
 
+import bisect
 import threading
 
 from conveyor import metrics
 from conveyor.client.core import QueueCore
 from conveyor.client.transport import SyncRunner
 from conveyor.hooks import Hook, RunningJob
+from conveyor.metrics import BOUNDS
 from conveyor.protocol import observe
+
+# task -> counts per run time bucket, the run times' sum in µs, then the same of wait times
+Timings = dict[str, list[int]]
+SLOTS = len(metrics.BOUNDS) + 2  # buckets, then the sum
+RUN_SUM, WAIT0 = SLOTS - 1, SLOTS
+WAIT_SUM = 2 * SLOTS - 1
 
 
 class MetricsRecorder(Hook):
     def __init__(self, core: QueueCore) -> None:
         self.core = core
-        self._lock = threading.Lock()
-        self._completed = self._failed = self._retried = self._stalled = 0
-        self._timings: dict[str, int] = {}
+        self._flushing = threading.Lock()  # the last flush at shutdown may meet a beat's
+        # written on the event loop
+        self._outcomes = [0, 0, 0]  # completed, failed, retried
+        self._timings: Timings = {}
+        # written on the heartbeat thread
+        self._reaped = [0, 0]  # recovered, failed
+        # what the flushes sent
+        self._sent: tuple[list[int], list[int], Timings] = ([0, 0, 0], [0, 0], {})
 
-    # --- hooks (event loop) ----------------------------------------------------------
-
-    def before_run(self, job: RunningJob) -> None:
-        if job.waited is not None:
-            with self._lock:
-                self._time(metrics.WAIT, job.task, job.waited)
+    # --- hooks (event loop, but on_stalled) --------------------------------------------
 
     def after_success(self, job: RunningJob, *, duration: float) -> None:
-        with self._lock:
-            self._time(metrics.RUN, job.task, duration)
+        # the wait is counted with the run's end: one hook call less per job
+        counts = self._timings.get(job.task) or self._add_task(job.task)
+        counts[bisect.bisect_left(BOUNDS, duration)] += 1
+        counts[RUN_SUM] += int(duration * 1e6)
+        waited = job.waited
+        if waited is not None:
+            counts[WAIT0 + bisect.bisect_left(BOUNDS, waited)] += 1
+            counts[WAIT_SUM] += int(waited * 1e6)
 
     def after_failure(
         self, job: RunningJob, exc: BaseException | None, *, error: str, duration: float
     ) -> None:
-        with self._lock:
-            self._time(metrics.RUN, job.task, duration)
+        self.after_success(job, duration=duration)
+
+    def _add_task(self, task: str) -> list[int]:
+        counts: list[int] = [0] * (2 * SLOTS)
+        self._timings[task] = counts
+        return counts
 
     def on_completed(self, job: RunningJob) -> None:
-        with self._lock:
-            self._completed += 1
-
-    def on_retry(self, job: RunningJob, *, error: str) -> None:
-        with self._lock:
-            self._retried += 1
+        self._outcomes[0] += 1
 
     def on_final_failure(self, job: RunningJob, *, error: str) -> None:
-        with self._lock:
-            self._failed += 1
+        self._outcomes[1] += 1
+
+    def on_retry(self, job: RunningJob, *, error: str) -> None:
+        self._outcomes[2] += 1
 
     def on_stalled(self, *, recovered: int, failed: int) -> None:  # heartbeat thread
-        with self._lock:
-            self._stalled += recovered + failed
-            self._retried += recovered
-            self._failed += failed
+        self._reaped[0] += recovered
+        self._reaped[1] += failed
 
-    def _time(self, kind: str, task: str, seconds: float) -> None:
-        timings = self._timings
-        bucket = f"{kind}{metrics.bucket_of(seconds)}:{task}"
-        timings[bucket] = timings.get(bucket, 0) + 1
-        total = f"{kind}s:{task}"
-        timings[total] = timings.get(total, 0) + round(seconds * 1e6)
-
-    # --- the flush (heartbeat thread) ------------------------------------------------
+    # --- the flush (heartbeat thread; once more at shutdown) -----------------------------
 
     def flush(self, runner: SyncRunner) -> None:
         """Add what was counted since the last flush to Redis."""
-        with self._lock:
-            counts = (self._completed, self._failed, self._retried, self._stalled)
-            timings, self._timings = self._timings, {}
-            self._completed = self._failed = self._retried = self._stalled = 0
-        if not any(counts) and not timings:
-            return
-        call = observe.record_metrics(
-            self.core.keys,
-            completed=counts[0],
-            failed=counts[1],
-            retried=counts[2],
-            stalled=counts[3],
-            timings=timings,
-            retention_ms=metrics.RETENTION_MS,
-        )
-        try:
+        with self._flushing:
+            outcomes, reaped = list(self._outcomes), list(self._reaped)
+            # list() of a dict's items runs in C without releasing the GIL: safe
+            # while the event loop adds a task
+            timings = {task: list(counts) for task, counts in list(self._timings.items())}
+            sent_outcomes, sent_reaped, sent_timings = self._sent
+            done, failed, retried = (a - b for a, b in zip(outcomes, sent_outcomes, strict=True))
+            recovered, stalled_out = (a - b for a, b in zip(reaped, sent_reaped, strict=True))
+            fields = _fields(timings, sent_timings)
+            if not (done or failed or retried or recovered or stalled_out or fields):
+                return
+            call = observe.record_metrics(
+                self.core.keys,
+                completed=done,
+                failed=failed + stalled_out,
+                retried=retried + recovered,
+                stalled=recovered + stalled_out,
+                timings=fields,
+                retention_ms=metrics.RETENTION_MS,
+            )
             runner.run(call)
-        except BaseException:
-            self._give_back(counts, timings)
-            raise
+            self._sent = (outcomes, reaped, timings)
 
-    def _give_back(self, counts: tuple[int, int, int, int], timings: dict[str, int]) -> None:
-        with self._lock:
-            self._completed += counts[0]
-            self._failed += counts[1]
-            self._retried += counts[2]
-            self._stalled += counts[3]
-            for name, n in timings.items():
-                self._timings[name] = self._timings.get(name, 0) + n
+
+def _fields(timings: Timings, sent: Timings) -> dict[str, int]:
+    """The timings fields of docs/protocol.md §15 that grew: `<kind><bucket>:<task>`
+    counts and `<kind>s:<task>` sums in µs."""
+    fields = {}
+    for task, counts in timings.items():
+        before = sent.get(task, [0] * (2 * SLOTS))
+        for kind, first in ((metrics.RUN, 0), (metrics.WAIT, WAIT0)):
+            for bucket in range(SLOTS - 1):
+                grew = counts[first + bucket] - before[first + bucket]
+                if grew > 0:
+                    fields[f"{kind}{bucket}:{task}"] = grew
+            grew = counts[first + SLOTS - 1] - before[first + SLOTS - 1]
+            if grew > 0:
+                fields[f"{kind}s:{task}"] = grew
+    return fields

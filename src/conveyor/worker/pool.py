@@ -25,10 +25,11 @@ from typing import Any
 from conveyor import serializers
 from conveyor.client.aio import AsyncQueue
 from conveyor.client.tasks import Task
-from conveyor.errors import ConnectionLostError
+from conveyor.errors import ConnectionLostError, ConveyorError
 from conveyor.hooks import Hooks
 from conveyor.hooks import call as call_hooks
-from conveyor.protocol import ops
+from conveyor.hooks import failed as hook_failed
+from conveyor.protocol import observe, ops
 from conveyor.worker.acks import AckBuffer
 from conveyor.worker.batches import Batches
 from conveyor.worker.context import JobContext
@@ -40,7 +41,9 @@ from conveyor.worker.execution import (
     aborted_failure,
     execute,
 )
+from conveyor.worker.policy import policies, policy_call
 from conveyor.worker.processes import PoolSettings, ProcessPool, needs_processes
+from conveyor.worker.steps import WorkerFlows
 from conveyor.worker.watchdog import LoopWatchdog
 
 log = logging.getLogger("conveyor.worker")
@@ -112,6 +115,7 @@ class JobPool:
         hooks: Hooks | None = None,
         processes: PoolSettings | None = None,
         capacity: Callable[[], int] | None = None,
+        on_handed_off: Callable[[], None] | None = None,
     ) -> None:
         self.held: dict[str, Running] = {}
         self.in_flight = 0  # accepted and not finished yet
@@ -126,16 +130,19 @@ class JobPool:
         self._queue_name = queue.name
         self._worker_id = worker_id
         self._handlers = handlers
+        self._policies = policies(handlers, queue.core)  # the tasks' run-time options
+        self._policy_calls: dict[str, ops.Call] = {}
         self._concurrency = concurrency
         self._lease = lease
-        self._freed = freed  # set whenever a job finishes
+        self._freed = freed  # set whenever a job finishes or a lease is let go
         self._hooks = hooks or Hooks()
         self._all_done = asyncio.Event()
         self._all_done.set()
         self._inbox = Inbox()
-        self._acks = AckBuffer(queue.runner, queue.core, self._written)
+        self._acks = AckBuffer(queue.runner, queue.core, self._written, on_handed_off)
         self._executor = ThreadPoolExecutor(concurrency, thread_name_prefix="conveyor-job")
         self._loop = asyncio.get_running_loop()
+        self._flows = WorkerFlows(queue)
         self._tasks: list[asyncio.Task[None]] = []
         self._watchdog = LoopWatchdog(
             self._loop,
@@ -177,21 +184,44 @@ class JobPool:
 
     @property
     def load(self) -> int:
-        """The capacity the held jobs take, in units of task size."""
-        return self.in_flight + self.extra_units
+        """The capacity the held leases take, in units of task size."""
+        return len(self.held) + self.extra_units
+
+    async def outcomes_written(self) -> None:
+        """Wait until every outcome handed to the ack writer is in Redis."""
+        await self._acks.drained()
 
     def leases(self) -> list[tuple[str, str]]:
         """(job id, token) of every lease held; read by the heartbeat thread."""
         return [(i, r.ctx.token) for i, r in list(self.held.items())]
 
+    @property
+    def holding(self) -> int:
+        """Leases held: claimed, running, or finished and awaiting their
+        acknowledgement. The worker claims only while this is below its
+        concurrency, so a worker that dies takes at most `concurrency` jobs
+        with it (docs/reliability.md G3)."""
+        return len(self.held)
+
+    def _drop(self, job_id: str) -> Running | None:
+        """Stop holding a lease: a slot is free for the next claim."""
+        running = self.held.pop(job_id, None)
+        if running is not None:
+            self._freed.set()
+        return running
+
     # --- running ---------------------------------------------------------------------
 
-    def accept(self, claimed: ops.ClaimedJob, token: str, now_ms: int) -> None:
+    def accept(self, claimed: ops.ClaimedJob, token: str, now_ms: int | None = None) -> None:
         """Hold a claimed job and queue it for a runner."""
         handler = self._handlers.get(claimed.task or "")
         problem, data = None, None
         if handler is None:
             problem = f"UnknownTaskError: no task {claimed.task!r} in this worker"
+            log.error(
+                "job %s: no task %r in this worker (it runs %s); failing it for good",
+                claimed.id, claimed.task, sorted(self._handlers) or "nothing",
+            )  # fmt: skip
         else:
             try:
                 data = serializers.loads(claimed.data or b"")
@@ -207,9 +237,20 @@ class JobPool:
             token=token,
             worker_id=self._worker_id,
             report_progress=self._progress,
+            report_log=self._job_log,
+            flows=self._flows,
+            loop=self._loop,
         )
-        if self._hooks and claimed.attempts == 1 and claimed.created_at_ms is not None:
-            ctx.waited = max(0, now_ms - claimed.created_at_ms) / 1000
+        if claimed.headers:
+            ctx.headers = _headers(claimed.headers)
+        created = claimed.created_at_ms
+        if self._hooks.on_run and claimed.attempts == 1 and now_ms and created is not None:
+            ctx.waited = max(0, now_ms - created) / 1000
+        policy = self._policies.get(claimed.task or "")
+        if policy and problem is None:
+            self._policy_calls[claimed.id] = policy_call(
+                self._queue.core, claimed.id, token, policy
+            )
         running = Running(ctx, timeout_ms / 1000 if timeout_ms > 0 else None, handler, problem)
         self.held[claimed.id] = running
         self.in_flight += 1
@@ -231,6 +272,8 @@ class JobPool:
                 if running.extra:  # a heavy job: it starts when its size fits
                     inbox.hand_on()
                     await self._room_for(running)
+                if running.ctx.id in self._policy_calls:
+                    await self._apply_policy(running)
                 if not running.ctx.lost:  # its lease may have gone while it waited
                     if self._hooks.on_run:
                         outcome = await self._execute_hooked(running)
@@ -243,7 +286,7 @@ class JobPool:
                         running.ended = True
                         self._acks.add(running.ctx.id, running.ctx.token, outcome)
                         continue
-                self.held.pop(running.ctx.id, None)
+                self._drop(running.ctx.id)
             finally:
                 self.in_flight -= 1
                 if running.extra:
@@ -260,20 +303,40 @@ class JobPool:
             running, self._executor, self._inbox.hand_on, self._watchdog.stalls, self.processes
         )
 
+    async def _apply_policy(self, running: Running) -> None:
+        """Give the job its task's options where it carries none (policy.py)."""
+        call = self._policy_calls.pop(running.ctx.id)
+        try:
+            timeout_ms = ops.decode_policy(await self._queue.runner.run(call))
+        except ConveyorError as exc:  # Redis away: the job runs on the options it carries
+            log.warning("job %s: task options not applied (%s)", running.ctx.id, exc)
+            return
+        if timeout_ms is None:
+            running.ctx.lost = True
+        else:
+            running.timeout = timeout_ms / 1000 if timeout_ms > 0 else None
+
     async def _execute_hooked(self, running: Running) -> Outcome:
         """execute() between the hooks of a run."""
         hooks, ctx = self._hooks, running.ctx
-        call_hooks(hooks.before_run, ctx)
+        if hooks.before_run:
+            call_hooks(hooks.before_run, ctx)
         started = time.perf_counter()
         outcome = await self._execute(running)
         duration = time.perf_counter() - started
-        if isinstance(outcome, Success):
-            call_hooks(hooks.after_success, ctx, duration=duration)
+        if type(outcome) is Success:
+            for method in hooks.after_success:  # the common case, without call_hooks' layer
+                try:
+                    method(ctx, duration=duration)
+                except Exception:
+                    hook_failed(method)
         elif isinstance(outcome, Failure):
             running.failure = outcome
             call_hooks(
                 hooks.after_failure, ctx, outcome.exc, error=outcome.error, duration=duration
             )
+        else:
+            call_hooks(hooks.after_stopped, ctx, duration=duration)
         return outcome
 
     async def _room_for(self, running: Running) -> None:
@@ -299,7 +362,7 @@ class JobPool:
             running.ended = True
             self._acks.add(running.ctx.id, running.ctx.token, outcome)
         else:
-            self.held.pop(running.ctx.id, None)
+            self._drop(running.ctx.id)
         self.in_flight -= 1
         self.extra_units -= running.extra
         self._freed.set()
@@ -310,8 +373,11 @@ class JobPool:
 
     def _written(self, job_id: str, what: str) -> None:
         """An outcome reached Redis (or was given up): stop holding the lease."""
-        running = self.held.pop(job_id, None)
-        if running is not None and self._hooks.on_outcome:
+        running = self._drop(job_id)
+        hooks = self._hooks
+        # the common outcome tested first: failure-only hooks cost a success nothing
+        wanted = hooks.on_completed if what == "completed" else hooks.on_outcome
+        if running is not None and wanted:
             self._tell_outcome(running, what)
         if what == "lost":
             log.warning("job %s: lease lost before its outcome was written; discarded", job_id)
@@ -322,14 +388,19 @@ class JobPool:
 
     def _tell_outcome(self, running: Running, what: str) -> None:
         hooks, ctx = self._hooks, running.ctx
-        error = running.failure.error if running.failure is not None else ""
         if what == "completed":
-            call_hooks(hooks.on_completed, ctx)
-        elif what in ("retried", "delayed"):
+            for method in hooks.on_completed:  # the common case, without call_hooks' layer
+                try:
+                    method(ctx)
+                except Exception:
+                    hook_failed(method)
+            return
+        error = running.failure.error if running.failure is not None else ""
+        if what in ("retried", "delayed"):
             call_hooks(hooks.on_retry, ctx, error=error)
         elif what == "failed":
             call_hooks(hooks.on_final_failure, ctx, error=error)
-        elif what == "lost":
+        elif what in ("lost", "unwritten"):  # unwritten: left to lease expiry
             call_hooks(hooks.on_lease_lost, ctx)
 
     def lose(self, ids: list[str]) -> None:
@@ -360,9 +431,6 @@ class JobPool:
                 running.problem = failure.error
 
     def _progress(self, ctx: JobContext, fraction: float) -> None:
-        """Write progress from a handler: async handlers go on at once, sync
-        ones (in a pool thread) wait for the write."""
-        running = self.held.get(ctx.id)
         core = self._queue.core
         call = ops.progress(
             core.keys,
@@ -371,14 +439,24 @@ class JobPool:
             value=fraction,
             events_maxlen=core.settings.events_maxlen,
         )
+        self._write_for(ctx, call, "progress update")
+
+    def _job_log(self, ctx: JobContext, lines: list[str]) -> None:
+        call = observe.job_log(self._queue.core.keys, job_id=ctx.id, token=ctx.token, lines=lines)
+        self._write_for(ctx, call, "job log write")
+
+    def _write_for(self, ctx: JobContext, call: ops.Call, what: str) -> None:
+        """A write from a handler (progress, its log): async handlers go on
+        at once, sync ones (in a pool thread) wait for the write."""
+        running = self.held.get(ctx.id)
         try:
             asyncio.get_running_loop()
         except RuntimeError:  # a sync handler's thread
             future = asyncio.run_coroutine_threadsafe(self._queue.runner.run(call), self._loop)
             try:
                 future.result(timeout=self._lease)
-            except Exception as exc:  # progress is best effort: the job goes on
-                log.warning("progress update failed: %s", exc)
+            except Exception as exc:  # best effort: the job goes on
+                log.warning("%s failed: %s", what, exc)
             return
         task = asyncio.ensure_future(self._queue.runner.run(call))
         task.add_done_callback(log_failure)
@@ -422,7 +500,7 @@ class JobPool:
                 "could not give back %d job(s) (%s): they return on lease expiry", len(leases), exc
             )
         for job_id, _, _ in leases:
-            self.held.pop(job_id, None)
+            self._drop(job_id)
         log.info("gave back %d unfinished job(s)", len(leases))
 
 
@@ -436,6 +514,14 @@ def _loop_handlers(handlers: dict[str, Task[Any, Any]]) -> dict[types.CodeType, 
     return codes
 
 
+def _headers(text: str) -> dict[str, str] | None:
+    try:
+        headers = serializers.loads(text)
+    except ValueError:
+        return None  # not for the run to fail on: the job's data is what it needs
+    return headers if isinstance(headers, dict) else None
+
+
 def log_failure(future: Any) -> None:
     if not future.cancelled() and future.exception() is not None:
-        log.warning("background write failed: %s", future.exception())
+        log.warning("a write to Redis in the background failed: %s", future.exception())

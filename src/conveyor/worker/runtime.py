@@ -24,6 +24,7 @@ import redis.asyncio
 
 from conveyor.client.aio import AsyncQueue
 from conveyor.client.connection import SOCKET_TIMEOUT, resolve_url, wire_endpoint
+from conveyor.client.pipelines import PIPELINE_TASK
 from conveyor.client.sync import connect as connect_sync
 from conveyor.client.tasks import Task, Tasks
 from conveyor.client.transport import SyncRunner
@@ -33,8 +34,11 @@ from conveyor.hooks import Hook, Hooks
 from conveyor.hooks import call as call_hooks
 from conveyor.protocol import ops
 from conveyor.timeutil import to_ms
+from conveyor.worker import job_lines
+from conveyor.worker.courier import Courier
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.metrics import MetricsRecorder
+from conveyor.worker.pipelines import drive_pipeline
 from conveyor.worker.pool import JobPool, log_failure
 from conveyor.worker.processes import PoolSettings
 from conveyor.worker.tuning import AutoConcurrency, Controller
@@ -175,9 +179,18 @@ class Worker:
         self._queue = queue
         self._runner = queue.runner
         recorder = MetricsRecorder(queue.core) if self.settings.metrics else None
-        own = () if recorder is None else (recorder,)
+        own: list[Hook] = [] if recorder is None else [recorder]
+        lines = job_lines.job_lines()  # by the log level
+        if lines is not None:
+            own.append(lines)
         hooks = Hooks((*self.tasks.settings.hooks, *self._extra_hooks, *own))
         self._hooks = hooks
+        courier = None
+        if not self.settings.failures:  # a failure lane's jobs have no parents
+            courier = Courier(
+                queue.name, url=self.url, settings=self.tasks.settings,
+                interval=self.settings.beat_every,
+            )  # fmt: skip
         jobs = JobPool(
             queue,
             worker_id=self.id,
@@ -188,6 +201,7 @@ class Worker:
             hooks=hooks,
             processes=self._pool_settings(),
             capacity=self._capacity,
+            on_handed_off=None if courier is None else courier.nudge,
         )
         self._jobs = jobs
         beat_wire = None if endpoint is None else SyncWire(endpoint)
@@ -199,9 +213,13 @@ class Worker:
             await self._connect(queue)
             call_hooks(hooks.worker_start, self.id, queue.name)
             heartbeat.start()
+            if courier is not None:
+                courier.start()
             await self._serve(jobs)
         finally:
             heartbeat.stop()
+            if courier is not None:
+                await asyncio.to_thread(courier.stop)
             await jobs.close()
             self._remove_signals(loop)
             with contextlib.suppress(ConveyorError, redis.RedisError, OSError):
@@ -259,7 +277,9 @@ class Worker:
         """The handlers this worker runs: the tasks, or their failure handlers."""
         if self.settings.failures:
             return self.tasks.failure_handlers
-        return self.tasks.handlers
+        # every worker can drive the pipelines enqueued in its queue
+        driver: Task[Any, Any] = Task(PIPELINE_TASK, drive_pipeline, self.tasks)
+        return {PIPELINE_TASK: driver, **self.tasks.handlers}
 
     def _heartbeat(
         self, runner: SyncRunner, jobs: JobPool, recorder: MetricsRecorder | None
@@ -290,7 +310,8 @@ class Worker:
                 "queue": self.tasks.queue_name,
                 "concurrency": self._capacity(),
                 "started_at": self._started,
-                "tasks": sorted(self.handlers),
+                "beat_at": time.time(),  # this heartbeat's, for the roll call's readers
+                "tasks": sorted(n for n in self.handlers if n != PIPELINE_TASK),
                 "failures": self.settings.failures,
                 "running": self._in_flight,
                 "processed": self.processed,
@@ -330,7 +351,9 @@ class Worker:
 
     @property
     def _in_flight(self) -> int:
-        return 0 if self._jobs is None else self._jobs.in_flight
+        """Leases held here (claimed, running or awaiting acknowledgement):
+        what claims are bounded by, and what `alone` and idleness mean."""
+        return 0 if self._jobs is None else self._jobs.holding
 
     def _died(self, task: asyncio.Task[Any]) -> None:
         """A runner or the ack writer must never end on its own: if one does,
@@ -362,7 +385,7 @@ class Worker:
             except (ConveyorError, redis.RedisError) as exc:
                 # never exit on a failed claim: Redis may be back, or the
                 # script refused one bad record and the next call goes on
-                log.warning("claim failed (%s); retrying", exc)
+                log.warning("could not claim jobs (%s); trying again", exc)
                 await asyncio.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 5.0)
                 continue
@@ -374,7 +397,17 @@ class Worker:
                 await self._until_idle()
                 continue
             if self.settings.burst and self._drained(reply):
+                if self._jobs is not None and self._jobs.held:
+                    # outcomes still to be written may make a flow's parent ready: write
+                    # them, then claim again
+                    await self._jobs.outcomes_written()
+                    continue
                 return
+            if self.settings.burst and self._in_flight and reply.next_due_ms is None:
+                # draining: the next thing that can change is a job of ours
+                # ending (a block on Redis would sit out idle_wait after it)
+                await self._until_one_ends()
+                continue
             await self._wait_for_work(reply)
 
     @property
@@ -397,6 +430,12 @@ class Worker:
             self._slot_freed.clear()
             await self._slot_freed.wait()
         self._suspect = None
+
+    async def _until_one_ends(self) -> None:
+        """Wait until a job running here ends (or the worker stops)."""
+        self._slot_freed.clear()
+        if self._in_flight and not self._stopping:
+            await self._slot_freed.wait()
 
     def _drained(self, reply: ops.ClaimReply) -> bool:
         """Burst mode ends when nothing is ready or running here and no
@@ -459,7 +498,7 @@ class Worker:
             if not self._stopping:
                 raise
         except redis.RedisError as exc:
-            log.warning("waiting for jobs failed (%s)", exc)
+            log.warning("could not wait for jobs on Redis (%s); trying again", exc)
             await asyncio.sleep(0.1 + random.random() * 0.4)
         finally:
             self._wait_task = None

@@ -32,6 +32,7 @@ __all__ = [
     "EVENTS_SCHEMA_VERSION",
     "JOBS_DDL",
     "JOBS_SCHEMA_VERSION",
+    "apply",
     "build_session",
     "check_java",
     "register",
@@ -40,6 +41,7 @@ __all__ = [
 ]
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+REGISTERED_CONF = "spark.conveyor.sourcesRegistered"
 
 
 def register(spark: SparkSession, *, filter_pushdown: bool = True) -> None:
@@ -55,9 +57,14 @@ def register(spark: SparkSession, *, filter_pushdown: bool = True) -> None:
 
     if filter_pushdown:
         spark.conf.set(PUSHDOWN_CONF, "true")
+    # Once per session: registering again makes Spark warn "replaced a previously
+    # registered data source" for each format.
+    if spark.conf.get(REGISTERED_CONF, None) == "true":
+        return
     spark.dataSource.register(JobsDataSource)
     spark.dataSource.register(EventsDataSource)
     spark.dataSource.register(ForgetDataSource)
+    spark.conf.set(REGISTERED_CONF, "true")
 
 
 def trim_events(
@@ -66,23 +73,26 @@ def trim_events(
     """Trim `queue`'s events stream up to the slowest registered consumer (streaming reads
     with `consumerName`), keeping at least the last `keep_seconds`; returns entries removed.
     With no consumer registered and no `keep_seconds`, nothing is removed."""
-    import redis
-
-    from conveyor.client.core import QueueCore, QueueSettings
+    from conveyor.client.core import QueueSettings
 
     from . import store
+    from .options import Target
 
-    keys = QueueCore(queue, QueueSettings(prefix=prefix)).keys
-    client = redis.Redis.from_url(url)
+    target = Target(url, queue, prefix, QueueSettings().events_maxlen)
+    client = target.client()
     try:
         keep = None if keep_seconds is None else round(keep_seconds * 1000)
-        return store.trim_events(client, keys, keep_ms=keep)
+        return store.trim_events(client, target.keys(), keep_ms=keep)
     finally:
         client.close()
 
 
 def __getattr__(name: str) -> Any:
     """Lazy access to the heavier entry points (they import pyspark)."""
+    if name == "apply":
+        from .roundtrip import apply
+
+        return apply
     if name == "run_pipeline":
         from .pipeline import run_pipeline
 

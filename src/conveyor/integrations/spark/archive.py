@@ -21,13 +21,12 @@ reading anything new, so a re-run neither loses nor duplicates a job.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from conveyor.errors import ConfigurationError
@@ -38,7 +37,7 @@ if TYPE_CHECKING:
     import redis
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["ArchiveResult", "archive", "main"]
+__all__ = ["ArchiveResult", "archive"]
 
 log = logging.getLogger("conveyor.spark")
 LOCK_TTL_MS = 15 * 60 * 1000
@@ -208,39 +207,3 @@ def _forget_run(spark: SparkSession, target: Target, path: str, run_id: str) -> 
         client.close()
     return counts.get("removed", 0), counts.get("kept", 0)
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`conveyor archive`: see --help."""
-    parser = argparse.ArgumentParser(
-        prog="conveyor archive",
-        description="Copy finished jobs to Parquet (by queue and day), then remove them "
-        "from Redis. Safe to re-run after any failure.",
-    )
-    parser.add_argument("--url", required=True, help="Redis URL (redis://, rediss://, unix://)")
-    parser.add_argument("--queue", "-q", action="append", required=True, help="repeatable")
-    parser.add_argument("--path", required=True, help="dataset root: a local dir, hdfs://, s3a://")
-    parser.add_argument("--prefix", default="conveyor")
-    parser.add_argument("--finished-before", help="ISO-8601 time or epoch seconds")
-    parser.add_argument("--master", help="Spark master, e.g. local[4] or spark://host:7077")
-    args = parser.parse_args(argv)
-    from .session import build_session
-
-    spark = build_session(args.master, app_name="conveyor-archive")
-    try:
-        results = archive(
-            spark,
-            args.url,
-            args.path,
-            args.queue,
-            prefix=args.prefix,
-            finished_before=args.finished_before,
-        )
-    finally:
-        spark.stop()
-    for result in results:
-        print(json.dumps(asdict(result)))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

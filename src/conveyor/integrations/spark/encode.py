@@ -33,10 +33,10 @@ from .schema import WRITE_COLUMNS
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["Chunk", "RowEncoder", "check_columns", "resp"]
+__all__ = ["OPTION_COLUMNS", "Chunk", "RowEncoder", "check_columns", "resp"]
 
 # Reserved columns that become enqueue options, in a fixed order (the template key).
-_OPTION_COLUMNS = (
+OPTION_COLUMNS = (
     "priority",
     "delay",
     "run_at",
@@ -240,7 +240,7 @@ class RowEncoder:
         all share one, the templates)."""
         import pyarrow as pa
 
-        names = [c for c in ("task", *_OPTION_COLUMNS) if c in batch.schema.names]
+        names = [c for c in ("task", *OPTION_COLUMNS) if c in batch.schema.names]
         if not names:
             return None, [self._template(self.default_task, {})]
         codes = None

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 
 import redis
 
+from conveyor.client.cluster import SlotRoute, is_cluster_url, sync_pool
 from conveyor.client.connection import resolve_url
 from conveyor.client.core import QueueCore, QueueSettings
 from conveyor.errors import ConfigurationError, UnknownOptionError
@@ -147,5 +148,13 @@ class Target:
 
     def client(self) -> redis.Redis:
         """A new connection. Reads of a million rows take longer than redis-py 8's 5 s
-        default socket timeout allows for one slow reply on a busy server."""
-        return redis.Redis.from_url(self.url, socket_connect_timeout=10, socket_timeout=120)
+        default socket timeout allows for one slow reply on a busy server.
+
+        A `redis+cluster://` URL connects to the master that serves the queue's slot (every
+        key of a queue is in that slot), and follows it when the slot moves, as the
+        client's own connections do."""
+        timeouts = {"socket_connect_timeout": 10, "socket_timeout": 120}
+        if is_cluster_url(self.url):
+            route = SlotRoute.for_tag(self.url, self.keys().base)
+            return redis.Redis(connection_pool=sync_pool(route, timeouts))
+        return redis.Redis.from_url(self.url, **timeouts)

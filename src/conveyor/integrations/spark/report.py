@@ -16,10 +16,8 @@ Output: `<out>/report.html` (self-contained, inline SVG charts) and `<out>/summa
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,7 +30,7 @@ from .schema import EVENTS_COLUMNS, JOBS_COLUMNS, ddl
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["ReportPaths", "main", "report"]
+__all__ = ["ReportPaths", "report"]
 
 REPORT_VERSION = 1
 _BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
@@ -325,40 +323,3 @@ def _json_default(value: Any) -> Any:
         return None
     return str(value)
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`conveyor report`: see --help."""
-    parser = argparse.ArgumentParser(
-        prog="conveyor report",
-        description="Throughput, wait/run percentiles, retry/failure/stall rates and top "
-        "errors, over archived Parquet and live queues; writes report.html and summary.json.",
-    )
-    parser.add_argument("--url", default=os.environ.get("CONVEYOR_REDIS_URL"), help="Redis URL")
-    parser.add_argument("--queue", "-q", action="append", default=[], help="live queue (repeat)")
-    parser.add_argument("--archive", help="archive dataset root (as given to conveyor archive)")
-    parser.add_argument("--out", default="conveyor-report", help="output directory (local)")
-    parser.add_argument("--prefix", default="conveyor")
-    parser.add_argument("--master", help="Spark master, e.g. local[4] or spark://host:7077")
-    args = parser.parse_args(argv)
-    if not args.archive and not (args.url and args.queue):
-        parser.error("give --archive, or --url with at least one --queue (or both)")
-    from .session import build_session
-
-    spark = build_session(args.master, app_name="conveyor-report")
-    try:
-        paths = report(
-            spark,
-            args.out,
-            archive_path=args.archive,
-            url=args.url if args.queue else None,
-            queues=args.queue,
-            prefix=args.prefix,
-        )
-    finally:
-        spark.stop()
-    print(f"report: {paths.html}\nsummary: {paths.json}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -18,6 +18,7 @@ import hiredis
 import redis
 from redis import exceptions as rx
 
+from conveyor.client.cluster import is_cluster_url
 from conveyor.client.connection import wire_endpoint
 from conveyor.client.transport import translated
 from conveyor.client.wire import SyncWire
@@ -308,7 +309,8 @@ class Exchange:
     holds for the MULTI/EXEC sent after it."""
 
     def __init__(self, url: str, client: redis.Redis) -> None:
-        endpoint = wire_endpoint(url)
+        # On a cluster, `client` is routed to the queue's slot: stay on it.
+        endpoint = None if is_cluster_url(url) else wire_endpoint(url)
         self.wire = None if endpoint is None else SyncWire(endpoint)
         self.client = client
         self.connection: Any = None

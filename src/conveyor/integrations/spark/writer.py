@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["JobsStreamWriter", "JobsWriter", "WriteConfig", "WriteResult"]
 
 log = logging.getLogger("conveyor.spark")
-_TOKEN = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+WRITE_ID_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,7 @@ class WriteConfig:
         else:
             chosen_id = options.text("writeId") is not None
             write_id = options.text("writeId") or uuid.uuid4().hex[:16]
-        if not _TOKEN.fullmatch(write_id):
+        if not WRITE_ID_PATTERN.fullmatch(write_id):
             raise ConfigurationError(f"writeId/idPrefix {write_id!r}: use 1-64 of A-Za-z0-9_.-")
         fail_after = options.integer("testFailAfterRows", -1, minimum=-1)
         config = cls(

@@ -101,7 +101,7 @@ def _basic_matches(request: Request, expected: str) -> bool:
 
 def csrf_token(request: Request) -> str:
     """This browser's token (made on its first page; the cookie is set by the page)."""
-    token = request.cookies.get(CSRF_COOKIE) or request.state.__dict__.get("csrf")
+    token = request.cookies.get(CSRF_COOKIE) or getattr(request.state, "csrf", None)
     if not token:
         token = secrets.token_urlsafe(24)
         request.state.csrf = token

@@ -133,7 +133,7 @@ async def act(request: Request) -> Response:
     if action is None:
         raise HTTPException(404, f"no action {request.path_params['action']!r}")
     try:
-        message = await action(queue_of(request), form)
+        message = await action(await queue_of(request), form)
     except ConveyorError as exc:
         message = f"refused: {exc}"
     path, _, query = _back(request, form).partition("?")

@@ -15,6 +15,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from conveyor.client.aio import AsyncQueue
 from conveyor.client.core import QueueSettings
@@ -66,6 +67,13 @@ class Queues:
             )
         return made[name]
 
+    async def open(self, name: str) -> AsyncQueue:
+        """The queue `name` if the dashboard shows it (named in the settings, else
+        in the registry): a made-up name in a URL opens no connection."""
+        if name not in await self.names():
+            raise LookupError(f"no queue named {name!r} on this server")
+        return self.get(name)
+
     async def names(self) -> list[str]:
         if self.settings.queues:
             return list(self.settings.queues)
@@ -76,6 +84,24 @@ class Queues:
             for queue in made.values():
                 await queue.close()
             made.clear()
+
+
+def with_dashboard(app: ASGIApp, prefix: str, dashboard: ASGIApp) -> ASGIApp:
+    """`app` with the dashboard answering under `prefix`: for ASGI apps that
+    cannot mount another (Django's `get_asgi_application()`)."""
+    prefix = "/" + prefix.strip("/")
+
+    async def route(scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] in ("http", "websocket") and (
+            path == prefix or path.startswith(prefix + "/")
+        ):
+            root = scope.get("root_path", "") + prefix
+            await dashboard({**scope, "root_path": root}, receive, send)
+        else:
+            await app(scope, receive, send)
+
+    return route
 
 
 def dashboard_app(settings: DashboardSettings | None = None) -> Starlette:
@@ -108,4 +134,3 @@ def dashboard_app(settings: DashboardSettings | None = None) -> Starlette:
     app.state.queues = queues
     app.state.templates = templates
     return app
-

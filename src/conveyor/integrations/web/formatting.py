@@ -31,7 +31,7 @@ def seconds(value: float | None) -> str:
     if value < 1:
         return f"{value * 1000:.0f} ms"
     if value < 120:
-        return f"{value:g} s"
+        return f"{value:.3g} s"
     if value < 7200:
         return f"{value / 60:.1f} min"
     return f"{value / 3600:.1f} h"

@@ -4,7 +4,6 @@ workers, schedules. Every read goes through the public client API."""
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -16,6 +15,7 @@ from conveyor.client.aio import AsyncQueue
 from conveyor.client.inspect import QueueOverview
 from conveyor.errors import ValidationError
 from conveyor.integrations.web.access import csrf_token, remember_csrf
+from conveyor.job import FINISHED_STATES as FINISHED
 from conveyor.job import JobState
 
 # The states listed page by page, in the order of a job's life.
@@ -27,27 +27,25 @@ LISTED = (
 
 def render(request: Request, template: str, **context: Any) -> Response:
     settings = request.app.state.settings
-    context.update(read_only=settings.read_only, csrf=csrf_token(request), now=datetime.now(UTC))
+    context.update(read_only=settings.read_only, csrf=csrf_token(request))
     response: Response = request.app.state.templates.TemplateResponse(request, template, context)
     remember_csrf(request, response)
     return response
 
 
-def queue_of(request: Request) -> AsyncQueue:
+async def queue_of(request: Request) -> AsyncQueue:
+    """The queue of the path; 404 for one the dashboard does not show."""
     try:
-        queue: AsyncQueue = request.app.state.queues.get(request.path_params["name"])
-    except ValidationError as exc:
+        queue: AsyncQueue = await request.app.state.queues.open(request.path_params["name"])
+    except (LookupError, ValidationError) as exc:
         raise HTTPException(404, str(exc)) from exc
     return queue
 
 
 async def existing(request: Request) -> tuple[AsyncQueue, QueueOverview]:
-    """The queue of the path and its overview; 404 for a queue no client used."""
-    queue = queue_of(request)
-    seen = await queue.overview()
-    if not seen.exists and not any(seen.counts.values()):
-        raise HTTPException(404, f"no queue named {queue.name!r} on this server")
-    return queue, seen
+    """The queue of the path and its overview."""
+    queue = await queue_of(request)
+    return queue, await queue.overview()
 
 
 def idle_with_work(seen: QueueOverview, workers: int) -> bool:
@@ -70,10 +68,19 @@ async def index(request: Request) -> Response:
 
 async def queue_page(request: Request) -> Response:
     queue, seen = await existing(request)
-    workers = await queue.workers()
+    workers, minutes, timings = await asyncio.gather(
+        queue.workers(), queue.metrics_history(minutes=60), queue.task_timings(hours=1)
+    )
+    history = {
+        "t": [int(m.minute.timestamp()) for m in minutes],
+        "completed": [m.completed for m in minutes],
+        "failed": [m.failed for m in minutes],
+        "retried": [m.retried for m in minutes],
+    }
     return render(
         request, "queue.html", queue=seen, workers=len(workers), states=LISTED,
-        warning=idle_with_work(seen, len(workers)),
+        warning=idle_with_work(seen, len(workers)), history=history, timings=timings,
+        last_hour={k: sum(v) for k, v in history.items() if k != "t"},
     )  # fmt: skip
 
 
@@ -90,11 +97,15 @@ async def jobs_page(request: Request) -> Response:
     page = max(1, _int(request.query_params.get("page"), 1))
     size = request.app.state.settings.page_size
     try:
-        ids = await queue.job_ids(state, group=group, offset=(page - 1) * size, limit=size)
+        ids = await queue.job_ids(
+            state, group=group, offset=(page - 1) * size, limit=size, reverse=state in FINISHED
+        )
     except ValidationError as exc:
         raise HTTPException(400, str(exc)) from exc
-    total = seen.counts[state] if group is None else next(
-        (g.waiting for g in seen.groups if g.name == group), len(ids)
+    total = (
+        seen.counts[state]
+        if group is None
+        else next((g.waiting for g in seen.groups if g.name == group), len(ids))
     )
     jobs = await queue.get_many(ids)
     return render(
@@ -131,11 +142,14 @@ async def job_page(request: Request) -> Response:
     try:
         job = await queue.get(job_id)
         events = await queue.job_events(job_id) if job is not None else []
+        log = await queue.job_log(job_id) if job is not None else []
     except ValidationError as exc:
         raise HTTPException(404, str(exc)) from exc
     if job is None:
         raise HTTPException(404, f"no job {job_id!r} in {queue.name!r} (finished jobs expire)")
-    return render(request, "job.html", queue=seen, job=job, events=events, states=LISTED)
+    return render(
+        request, "job.html", queue=seen, job=job, events=events, log=log, states=LISTED
+    )
 
 
 async def workers_page(request: Request) -> Response:

@@ -26,10 +26,11 @@
 --                     job that stalled before (its worker died with it), and then
 --                     that job alone
 --
--- Returns: {now_ms, next_due_ms | -1, held 0|1, then 14 fields per claimed job:
+-- Returns: {now_ms, next_due_ms | -1, held 0|1, then 15 fields per claimed job:
 --   id, task, data, attempts, failures, stalls, max_failures, max_stalls,
---   min_backoff, max_backoff, timeout, priority, created_at, schedule}
---   (schedule: the schedule id of a repeatable job's tick, else nil)
+--   min_backoff, max_backoff, timeout, priority, created_at, schedule, headers}
+--   (schedule: the schedule id of a repeatable job's tick, else nil;
+--   headers: the JSON text of the headers given at enqueue, else nil)
 --   next_due_ms is the earliest moment something may become claimable by
 --   time (a delayed job, a rate window, a held-back group), so an idle
 --   worker can block until then instead of polling; -1 when nothing is due
@@ -70,8 +71,8 @@ local INF = -1  -- "until an event", stored as +inf in gwait
 
 local FIELDS = {'state', 'task', 'data', 'attempts', 'failures', 'stalls', 'max_failures',
                 'max_stalls', 'min_backoff', 'max_backoff', 'timeout', 'priority', 'created_at',
-                'schedule', 'group', 'data2', 'data3'}
-local RETURNED = 14
+                'schedule', 'headers', 'group', 'data2', 'data3'}
+local RETURNED = 15
 -- Returned fields a record leaves out when they hold their default, by
 -- position, and the text of that default (replies carry bulk strings).
 local DEFAULTED = {[5] = 'failures', [6] = 'stalls', [7] = 'max_failures', [8] = 'max_stalls',
@@ -218,11 +219,11 @@ local function take(id, score, from)
              'worker', worker, 'started_at', now)
   redis.call('ZADD', active, now + lease, id)
   emit(events, maxlen, 'event', 'active', 'id', id, 'attempt', attempts, 'worker', worker)
-  if f[15] and f[15] ~= '' then
-    redis.call('HINCRBY', gactive, f[15], 1)
+  if f[16] and f[16] ~= '' then
+    redis.call('HINCRBY', gactive, f[16], 1)
   end
   out[#out + 1] = id
-  f[3] = read_data(job_key, f[3], f[16], f[17])
+  f[3] = read_data(job_key, f[3], f[17], f[18])
   f[4] = attempts
   for k = 2, RETURNED do
     out[#out + 1] = f[k] or DEFAULTED[k] or false  -- false: a nil reply, kept in place

@@ -12,8 +12,10 @@
 -- ARGV[1] events stream max length
 -- ARGV[2 ..] per job, 3 entries: id, token, result (JSON text)
 --
--- Returns, per job in order: 1 = completed, 0 = lease lost (the token does
--- not match or the job is no longer active: the write is refused — fencing).
+-- Returns, per job in order: 1 = completed, 2 = completed and its flow
+-- hand-off written to `outbox` (for a drainer to carry to its parent's queue
+-- soon), 0 = lease lost (the token does not match or the job is no longer
+-- active: the write is refused — fencing).
 --
 -- Effects: state completed, result, finished_at; the job leaves `active`;
 -- kept result_ttl ms in `completed` (deleted at once when 0); waiters told;
@@ -48,13 +50,15 @@ for i = 2, #ARGV, 3 do
     redis.call('HSET', job_key, 'state', 'completed', 'result', result, 'finished_at', now)
     emit(events, maxlen, 'event', 'completed', 'id', id)
     notify_waiters(job_key, id, 'completed', result, f[5])
+    local sent = false
     if f[6] or f[8] then  -- a flow's node: settle towards its parent (§14.4)
-      flow_finished(id, 'completed', result, f[6], f[7], f[8], field(f[3], 'result_ttl'), now, maxlen)
+      sent = flow_finished(id, 'completed', result, f[6], f[7], f[8], field(f[3], 'result_ttl'),
+                           now, maxlen) == 'sent'
     end
     if not release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index) then
       retain(job_key, id, completed, field(f[3], 'result_ttl'), now)
     end
-    out[#out + 1] = 1
+    out[#out + 1] = sent and 2 or 1
   end
 end
 sweep(completed, now, 2 * #out)

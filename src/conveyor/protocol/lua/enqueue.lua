@@ -25,7 +25,8 @@
 --   ms), result_ttl (86400000 ms), lifo (0), group (''), u_data (1),
 --   u_run_at (1|0|later|earlier; 1), u_max_failures, u_max_stalls,
 --   u_min_backoff, u_max_backoff (0), u_reset (1), given (1: the caller
---   chose the id; without it the producer generated a fresh random one)
+--   chose the id; without it the producer generated a fresh random one),
+--   headers ('': JSON text of headers that travel with the job, §15)
 --
 -- Returns, per job in order: outcome, state
 --   outcome: 'created' | 'updated' (waiting/delayed job upserted)
@@ -59,7 +60,7 @@ local OPTIONS = {priority = true, delay = true, run_at = true, max_failures = tr
                  max_stalls = true, min_backoff = true, max_backoff = true, timeout = true,
                  result_ttl = true, lifo = true, group = true, u_data = true, u_run_at = true,
                  u_max_failures = true, u_max_stalls = true, u_min_backoff = true,
-                 u_max_backoff = true, u_reset = true, given = true}
+                 u_max_backoff = true, u_reset = true, given = true, headers = true}
 local RULES = {u_data = '1', u_run_at = '1', u_max_failures = '0', u_max_stalls = '0',
                u_min_backoff = '0', u_max_backoff = '0', u_reset = '1'}
 

@@ -16,7 +16,8 @@
 -- Effects: the record deleted with its index entries (ready or group,
 -- scheduled, completed, failed, wchildren, property indexes, a flow
 -- parent's dependency keys) and its blocked twin; a
--- `removed` event.
+-- `removed` event. A flow node that had not settled: as for cancel
+-- (docs/protocol.md §14.9).
 -- Complexity: O(log N).
 
 -- @include common
@@ -24,6 +25,7 @@
 -- @include upsert
 -- @include place
 -- @include finish
+-- @include flow
 
 local ready, scheduled, completed, failed = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local blocked_index, events = KEYS[6], KEYS[7]
@@ -36,6 +38,7 @@ end
 if f[1] == 'active' then
   return 'active'
 end
+flow_dropped(job_key, id, f[1], now_ms(), maxlen)
 unready(ready, id, f[2])
 redis.call('ZREM', scheduled, id)
 redis.call('ZREM', completed, id)

@@ -67,10 +67,15 @@ settle = function(id, child, outcome, payload, policy, now, maxlen)
   end
   local job_key = base .. 'job:' .. id
   local f = redis.call('HMGET', job_key, 'state', 'run_at', 'created_at')
+  local fails_parent = failed and (policy == 'fail' or policy == '')
+  if f[1] == 'active' and fails_parent and redis.call('HEXISTS', job_key, 'child_failed') == 0 then
+    -- a step job (§14.10): it fails when it gives up its lease to wait
+    redis.call('HSET', job_key, 'child_failed', child .. '\n' .. payload)
+  end
   if f[1] ~= 'waiting_children' then
     return 'recorded'
   end
-  if failed and (policy == 'fail' or policy == '') then
+  if fails_parent then
     fail_parent(job_key, id, child, payload, now, maxlen)
     return 'failed'
   end
@@ -98,12 +103,38 @@ end
 
 -- Called by every script that ends a run for good, before retention may
 -- delete the record: `parent`, `on_fail`, `children` are the record's
--- fields (nil or false when absent), `ttl` its result_ttl.
+-- fields (nil or false when absent), `ttl` its result_ttl. Returns
+-- hand_off's result ('sent': written to the outbox), or nil without a parent.
 local function flow_finished(id, outcome, payload, parent, on_fail, children, ttl, now, maxlen)
   if children then
     keep_children(id, ttl)
   end
   if parent then
-    hand_off(parent, flow_queue .. '/' .. id, outcome, payload, on_fail or '', now, maxlen)
+    return hand_off(parent, flow_queue .. '/' .. id, outcome, payload, on_fail or '', now, maxlen)
+  end
+  return nil
+end
+
+-- A node deleted before it settled (cancel, remove; §14.9), while its
+-- record still exists: a parent's pending children are handed to the
+-- outbox to be cancelled in batches by a drainer (pending:<id> becomes
+-- cancelling:<id>), and a child settles as failed towards its own parent,
+-- which so never waits for it.
+local CANCELLED = 'CancelledError: the job was cancelled before it ran'
+local function flow_dropped(job_key, id, state, now, maxlen)
+  if state ~= 'waiting' and state ~= 'delayed' and state ~= 'waiting_children' then
+    return
+  end
+  local f = redis.call('HMGET', job_key, 'parent', 'on_fail', 'children')
+  if f[3] then
+    redis.call('ZREM', base .. 'wchildren', id)
+    local pending = base .. 'pending:' .. id
+    if redis.call('EXISTS', pending) == 1 then
+      redis.call('RENAME', pending, base .. 'cancelling:' .. id)
+      redis.call('XADD', base .. 'outbox', '*', 'op', 'cancel', 'parent', flow_queue .. '/' .. id)
+    end
+  end
+  if f[1] then
+    hand_off(f[1], flow_queue .. '/' .. id, 'failed', CANCELLED, f[2] or '', now, maxlen)
   end
 end

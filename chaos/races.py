@@ -1,0 +1,128 @@
+"""Producer processes that race on the same ids, and the check that the runs of one id
+never overlapped (scenarios 15 and 23).
+
+The racers are forked from the harness (conveyor is imported once), each with a client of its
+own, and start together on a barrier: real processes, so the race is between separate
+connections and interpreters, not threads of one process sharing a GIL.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue as queue_module
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from chaos.ledger import Entry, Ledger
+
+_FORK = multiprocessing.get_context("fork")
+
+
+@dataclass(frozen=True)
+class Race:
+    outcomes: list[str]  # one per enqueue call: created, updated, blocked, exists, or error ...
+    racers: int  # processes that reported back
+
+
+def _racer(
+    url: str,
+    queue: str,
+    ids: Sequence[str],
+    rounds: int,
+    data: dict[str, Any],
+    barrier: Any,
+    out: Any,
+    ledger_path: str | None,
+) -> None:
+    from chaos.harness import settings
+    from conveyor import Queue
+
+    outcomes: list[str] = []
+    book = Ledger(ledger_path) if ledger_path else None
+    client = Queue(queue, url=url, settings=settings())
+    try:
+        client.check()
+        barrier.wait(60)
+        for _ in range(rounds):
+            for job_id in ids:
+                sent = time.monotonic()
+                try:
+                    outcome = client.enqueue("work", data, id=job_id).outcome
+                except Exception as exc:  # reported, never raised in a racer
+                    outcomes.append(f"error {type(exc).__name__}")
+                    continue
+                if book is not None:  # extra: the outcome and when the call was sent
+                    book.record("enq", job_id, 0, f"{outcome} {sent:.6f}")
+                outcomes.append(outcome)
+    finally:
+        out.put(outcomes)
+        client.close()
+        if book is not None:
+            book.close()
+
+
+def race(
+    url: str,
+    queue: str,
+    producers: int,
+    ids: Sequence[str],
+    data: dict[str, Any],
+    *,
+    rounds: int = 1,
+    ledger_path: str | None = None,
+    timeout: float = 120.0,
+) -> Race:
+    """`producers` processes each enqueue every id of `ids`, `rounds` times, all starting at
+    once; every acknowledged call is written to the ledger when `ledger_path` is given."""
+    barrier = _FORK.Barrier(producers)
+    out = _FORK.Queue()
+    procs = [
+        _FORK.Process(
+            target=_racer, args=(url, queue, list(ids), rounds, data, barrier, out, ledger_path)
+        )
+        for _ in range(producers)
+    ]
+    for proc in procs:
+        proc.start()
+    outcomes: list[str] = []
+    racers = 0
+    for _ in range(producers):
+        try:
+            outcomes.extend(out.get(timeout=timeout))
+        except queue_module.Empty:
+            break
+        racers += 1
+    for proc in procs:
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+    return Race(outcomes, racers)
+
+
+def overlaps(starts: Sequence[Entry], finishes: Sequence[Entry], kills: Sequence[Entry]) -> int:
+    """How many runs of one job began while an earlier run of it was still going. A run ends
+    at its finish entry (same process and attempt), or at the kill of its process; a run with
+    neither still runs (at the end of time)."""
+    ends: list[tuple[float, float]] = []
+    used: set[int] = set()
+    for st in sorted(starts, key=lambda e: e.mono):
+        end = float("inf")
+        for i, fin in sorted(enumerate(finishes), key=lambda pair: pair[1].mono):
+            mine = fin.pid == st.pid and fin.attempt == st.attempt and fin.mono >= st.mono
+            if i not in used and mine:
+                used.add(i)
+                end = fin.mono
+                break
+        else:
+            killed = [k.mono for k in kills if k.pid == st.pid and k.mono >= st.mono]
+            if killed:
+                end = min(killed)
+        ends.append((st.mono, end))
+    clashes = 0
+    for n, (begin, _) in enumerate(ends):
+        if any(prev_begin <= begin < prev_end for prev_begin, prev_end in ends[:n]):
+            clashes += 1
+    return clashes

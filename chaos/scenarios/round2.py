@@ -1,0 +1,606 @@
+"""Scenarios 19-23, from the second reliability round (issue 15): a worker partitioned past its
+lease while another works, a producer SIGKILLed inside enqueue_many, Redis restarted again
+and again under load, a job that eats memory until it is killed, and 100 producer processes
+upserting the same 10 ids while a worker is killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections import Counter
+from typing import Any
+
+from chaos import ledger
+from chaos.checker import Result, events, tally
+from chaos.harness import ROOT, Enqueue, Scene, WorkerPool, admin, drained, settings, wait_until
+from chaos.proxy import FaultProxy
+from chaos.races import overlaps, race
+from chaos.scenarios import scenario
+from conveyor import JobRequest, Queue
+from conveyor.errors import ConveyorError
+from conveyor.protocol.keys import QueueKeys
+
+
+def _started_of(scene: Scene, pid: int, ids: set[str]) -> set[str]:
+    """Which of `ids` the process `pid` has started (the ledger)."""
+    return {
+        e.id
+        for e in ledger.read(scene.ledger_path)
+        if e.kind == "start" and e.pid == pid and e.id in ids
+    }
+
+
+# --------------------------------------------------------------------------- 19
+
+
+@scenario(
+    19,
+    "worker-partition",
+    "One worker cut off from Redis (its own proxy stalls) for longer than its lease while "
+    "another works: one completion accepted per job, the cut-off worker's late writes refused",
+    full=dict(rounds=4, jobs=8, lease=1.5, partition=5.0),
+    bounded=dict(rounds=1, jobs=8, lease=1.5, partition=4.5),
+)
+def worker_partition(
+    scene: Scene, *, rounds: int, jobs: int, lease: float, partition: float
+) -> Result:
+    r = Result("worker-partition")
+    server = scene.server()
+    assert server.port is not None
+    proxy = FaultProxy(server.port, seed=scene.seed)
+    proxy.start()
+    try:
+        cut = scene.workers(proxy.url, 1, concurrency=4, lease=lease)
+        healthy = scene.workers(server.url, 1, concurrency=4, lease=lease)
+        cut.start()
+        healthy.start()
+        r.check("both workers ready", cut.wait_ready(20) and healthy.wait_ready(20))
+        producer = scene.producer(server.url)
+        cut_proc = cut.procs[0]
+        assert cut_proc is not None
+        held: list[str] = []  # jobs the cut-off worker was running when it was cut off
+        ids: list[str] = []
+        run_s = 0.5  # ends during the partition: its outcome waits there while the lease lapses
+        for n in range(rounds):
+            batch = [Enqueue(f"r{n}j{i}", "work", {"s": run_s}) for i in range(jobs)]
+            ids += [j.id for j in batch]
+            producer.send_until_acked(batch, 10)
+            mine = {j.id for j in batch}
+            wait_until(lambda ids=mine: _started_of(scene, cut_proc.pid, ids), 10, 0.02)
+            started = _started_of(scene, cut_proc.pid, mine)
+            proxy.stall(partition)
+            scene.ledger.record("kill", "partition", 0, f"stall {partition} s", pid=cut_proc.pid)
+            held += sorted(started)
+            time.sleep(partition + 1.0)
+        client = admin(server.url)
+        r.check("all jobs finished", wait_until(drained(client, "chaos", len(ids)), 60, 0.1))
+        entries = list(ledger.read(scene.ledger_path))
+        t = tally(entries, client, "chaos", ids=ids)
+        counts = events(client, "chaos")
+        r.absorb(t)
+        r.kills = rounds
+        late = [
+            j for j in held
+            if any(f.pid == cut_proc.pid for f in t.finishes.get(j, ()))
+        ]  # fmt: skip
+        rerun = [j for j in held if len(t.starts.get(j, ())) >= 2]
+        # the result names the run that wrote it: the cut-off run had attempt 1
+        results = {j: json.loads(t.view[j].result or "{}").get("attempt") for j in held}
+        refused = cut_proc.log_path.read_text(errors="replace").count(
+            "lease lost before its outcome was written"
+        )
+        r.check("the cut-off worker held jobs when it was cut off", held, held)
+        r.check(
+            "each of them ran again (its lease lapsed and was reaped; a suspect then runs "
+            "alone, on whichever worker is idle first)",
+            held and rerun == held,
+            f"{len(rerun)}/{len(held)}",
+        )
+        r.check(
+            "the cut-off worker's handlers reached their end during the partition (a late "
+            "write was attempted)",
+            late,
+            f"{len(late)}/{len(held)}",
+        )
+        r.check(
+            "one completion accepted per job (events)",
+            all(counts[("completed", j)] == 1 for j in ids),
+            {j: counts[("completed", j)] for j in ids if counts[("completed", j)] != 1},
+        )
+        r.check(
+            "the accepted result of each held job is its re-run's (attempt >= 2), never the "
+            "cut-off run's",
+            all(isinstance(a, int) and a >= 2 for a in results.values()),
+            results,
+        )
+        r.check(
+            "the cut-off worker's late writes were refused (and said so)",
+            refused >= len(late) > 0,
+            f"{refused} refusals logged for {len(late)} late outcomes",
+        )
+        r.check("0 lost", not t.lost, t.lost)
+        r.check("0 completions accepted twice", not t.double_acks, t.double_acks)
+        r.check("the cut-off worker is still alive", cut_proc.alive)
+        r.metrics.update(
+            held_at_cut=len(held), late_outcomes=len(late), refusals_logged=refused,
+            partition_s=partition, lease_s=lease,
+        )  # fmt: skip
+        client.close()
+    finally:
+        proxy.stop()
+    return r
+
+
+# --------------------------------------------------------------------------- 20
+
+_CHILD = """
+import os, sys
+from conveyor import JobRequest, Queue
+from conveyor.errors import ConveyorError
+queue = Queue(os.environ["CHAOS_QUEUE"], url=os.environ["CHAOS_URL"])
+queue.check()
+prefix, count = sys.argv[1], int(sys.argv[2])
+jobs = [JobRequest("work", {"s": 0}, {"id": f"{prefix}{i:06d}"}) for i in range(count)]
+print("go", flush=True)
+queue.enqueue_many(jobs, chunk_size=200)
+print("done", flush=True)
+"""
+
+
+def _kill_inside_enqueue_many(url: str, prefix: str, count: int, delay: float) -> bool:
+    """A producer process sends `count` jobs in one enqueue_many; SIGKILL it `delay` s after
+    it starts sending. True when it was still sending (it never printed "done")."""
+    env = {**os.environ, "CHAOS_URL": url, "CHAOS_QUEUE": "chaos", "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, prefix, str(count)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    assert child.stdout is not None
+    try:
+        line = child.stdout.readline()  # "go": the send starts now
+        if line.strip() != b"go":
+            return False
+        time.sleep(delay)
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(10)
+        return child.stdout.read().strip() != b"done"
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(5)
+
+
+@scenario(
+    20,
+    "producer-killed-in-enqueue-many",
+    "A producer SIGKILLed inside enqueue_many while workers run, then the batch re-sent with the "
+    "same ids: every job done, no job run twice except a running one the re-send asked for",
+    full=dict(count=20_000, attempts=6, workers=2, concurrency=8),
+    bounded=dict(count=6_000, attempts=5, workers=2, concurrency=8),
+)
+def producer_killed(
+    scene: Scene, *, count: int, attempts: int, workers: int, concurrency: int
+) -> Result:
+    r = Result("producer-killed-in-enqueue-many")
+    url = scene.server().url
+    pool = scene.workers(url, workers, concurrency=concurrency)
+    pool.start()
+    r.check("workers ready", pool.wait_ready(20))
+    client = admin(url)
+    keys = QueueKeys("conveyor", "chaos")
+    batches: list[tuple[str, int]] = []
+    landed: list[tuple[int, int, float]] = []  # (present after the kill, sent, delay)
+    delay, early, late = 0.1, 0.0, None  # bisect the send: too early, too late
+    for n in range(attempts):
+        prefix = f"k{n}-"
+        killed = _kill_inside_enqueue_many(url, prefix, count, delay)
+        pipe = client.pipeline(transaction=False)
+        for i in range(count):
+            pipe.exists(keys.job(f"{prefix}{i:06d}"))
+        present = sum(pipe.execute())
+        scene.ledger.record("kill", "producer", 0, f"SIGKILL in enqueue_many after {delay} s")
+        batches.append((prefix, count))
+        landed.append((present, count, delay))
+        if killed and 0 < present < count:
+            break
+        if present == 0:
+            early = delay
+        else:
+            late = delay
+        delay = delay * 2 if late is None else (early + late) / 2  # aim inside the batch
+    mid = [x for x in landed if 0 < x[0] < x[1]]
+    r.check("a kill landed inside a batch (some of its jobs in Redis, not all)", mid, landed)
+    # the batches re-sent, same ids and data, by a new producer
+    producer = Queue("chaos", url=url, settings=settings())
+    outcomes: Counter[str] = Counter()
+    blocked: set[str] = set()
+    for prefix, size in batches:
+        jobs = [JobRequest("work", {"s": 0}, {"id": f"{prefix}{i:06d}"}) for i in range(size)]
+        done = producer.enqueue_many(jobs, chunk_size=500)
+        scene.ledger.record_many("enq", [d.id for d in done])
+        outcomes.update(d.outcome for d in done)
+        blocked.update(d.id for d in done if d.outcome == "blocked")
+    producer.close()
+    total = sum(size for _, size in batches)
+    r.check("all jobs finished", wait_until(drained(client, "chaos", total), 120, 0.1))
+    entries = list(ledger.read(scene.ledger_path))
+    t = tally(entries, client, "chaos")
+    r.absorb(t)
+    r.kills = len(batches)
+    extra = sorted(set(t.reruns) - blocked)
+    r.check("0 lost", not t.lost, t.lost[:10])
+    r.check("0 unexpected", not t.unexpected, t.unexpected[:10])
+    r.check("0 completions accepted twice", not t.double_acks, t.double_acks[:10])
+    r.check(
+        "a job ran twice only when the re-send found it running (a blocked twin, asked for)",
+        not extra,
+        extra[:10],
+    )
+    r.metrics.update(attempts=landed, resend_outcomes=dict(outcomes), reruns=len(t.reruns))
+    client.close()
+    return r
+
+
+# --------------------------------------------------------------------------- 21
+
+
+@scenario(
+    21,
+    "redis-restarts",
+    "Redis SIGKILLed and restarted on its files again and again (AOF always) under 4 workers "
+    "and a live producer: nothing acknowledged lost",
+    full=dict(jobs=6_000, window=24.0, restarts=8, lease=2.0, concurrency=8),
+    bounded=dict(jobs=600, window=4.0, restarts=2, lease=2.0, concurrency=4),
+)
+def redis_restarts(
+    scene: Scene, *, jobs: int, window: float, restarts: int, lease: float, concurrency: int
+) -> Result:
+    r = Result("redis-restarts")
+    server = scene.server(
+        appendonly=True, appendfsync="always", extra_args=["--aof-load-truncated", "yes"]
+    )
+    url = server.url
+    pool = scene.workers(url, 4, concurrency=concurrency, lease=lease)
+    pool.start()
+    r.check("4 workers ready", pool.wait_ready(20))
+    producer = scene.producer(url)
+    rng = scene.rng
+    specs = [
+        Enqueue(f"j{n:06d}", "work", {"s": round(rng.uniform(0.01, 0.04), 3)}) for n in range(jobs)
+    ]
+    feeder = threading.Thread(
+        target=producer.stream, args=(specs,), kwargs={"seconds": window, "batch": 5}
+    )
+    feeder.start()
+    under_load: list[int] = []
+    t0 = time.monotonic()
+    for n in range(restarts):
+        time.sleep(max(0.0, t0 + (n + 1) * window / (restarts + 1) - time.monotonic()))
+        killed_at = time.monotonic()
+        recent = sum(
+            1 for e in ledger.read(scene.ledger_path) if e.kind == "enq" and e.mono > killed_at - 1
+        )
+        under_load.append(recent)
+        server.kill()
+        scene.ledger.record("kill", "redis", 0, "SIGKILL", pid=0)
+        time.sleep(rng.uniform(0.1, 0.5))
+        server.start()
+    feeder.join(timeout=window + 120)
+    client = admin(url)
+    done = wait_until(drained(client, "chaos", jobs), 90, 0.1)
+    r.check("all jobs finished", done)
+    entries = list(ledger.read(scene.ledger_path))
+    t = tally(entries, client, "chaos")
+    r.absorb(t)
+    r.kills = restarts
+    bound = restarts * 4 * concurrency
+    r.check(
+        "every restart came under load (enqueues acknowledged in the second before it)",
+        all(under_load),
+        under_load,
+    )
+    r.check(
+        "every enqueue acknowledged in the end", len(producer.acked) == jobs, len(producer.acked)
+    )
+    r.check("0 lost", not t.lost, t.lost[:10])
+    r.check("0 unexpected", not t.unexpected, t.unexpected[:10])
+    r.check("0 completions accepted twice", not t.double_acks, t.double_acks[:10])
+    r.check(
+        f"duplicates <= restarts x workers x concurrency = {bound}",
+        len(t.duplicates) <= bound,
+        len(t.duplicates),
+    )
+    r.check("every re-run has attempt >= 2", not t.bad_rerun_attempts, t.bad_rerun_attempts[:10])
+    r.check("all 4 workers outlived the restarts", len(pool.live()) == 4, len(pool.live()))
+    r.metrics.update(
+        restarts=restarts, acked_in_second_before_each=under_load, reruns=len(t.reruns)
+    )
+    client.close()
+    return r
+
+
+# --------------------------------------------------------------------------- 22
+
+
+class OomKiller(threading.Thread):
+    """A user-space OOM killer (what earlyoom or systemd-oomd do): every 20 ms it reads each
+    worker's resident memory from /proc and SIGKILLs a worker past `limit_mb`, as the kernel's
+    OOM killer would under a memory limit. (No cgroup is needed, and the machine, shared with
+    others, never runs short: the hog is killed at a few hundred MiB.)"""
+
+    def __init__(self, scene: Scene, pools: list[WorkerPool], limit_mb: int) -> None:
+        super().__init__(daemon=True)
+        self.scene, self.pools, self.limit = scene, pools, limit_mb << 20
+        self.kills: list[tuple[int, int]] = []  # (pid, resident bytes)
+        self._halt = threading.Event()
+        self._killed: set[int] = set()  # a killed process lingers until reaped: kill it once
+        self._page = os.sysconf("SC_PAGE_SIZE")
+
+    def run(self) -> None:
+        while not self._halt.wait(0.02):
+            for pool in self.pools:
+                for proc in pool.live():
+                    try:
+                        with open(f"/proc/{proc.pid}/statm") as statm:
+                            resident = int(statm.read().split()[1]) * self._page
+                    except (OSError, ValueError, IndexError):
+                        continue
+                    if resident > self.limit and proc.pid not in self._killed:
+                        self._killed.add(proc.pid)
+                        self.scene.ledger.record("kill", "oom", 0, "SIGKILL", pid=proc.pid)
+                        proc.signal(signal.SIGKILL)
+                        self.kills.append((proc.pid, resident))
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(5)
+
+
+def _hog_phase(
+    scene: Scene,
+    r: Result,
+    pool: WorkerPool,
+    *,
+    label: str,
+    lease: float,
+    max_stalls: int,
+    innocents: int,
+    reenqueue_s: float,
+) -> dict[str, Any]:
+    queue = pool.queue
+    producer = scene.producer(pool.url, queue=queue)
+    # ids name their queue: the ledger of the two phases is one file
+    # the hog queues behind some jobs and ahead of others that keep coming: each of its runs
+    # finds neighbours to take down unless it runs alone (the victims of its first run, now
+    # suspects themselves, go first: they run alone, at their old place)
+    hog = Enqueue(f"{queue}-hog", "work", {"eat_mb": 1024}, {"max_stalls": max_stalls})
+    others = [Enqueue(f"{queue}-n{i:02d}", "work", {"s": 0.5}) for i in range(innocents)]
+    producer.send_until_acked([*others, hog], 10)
+    client = admin(pool.url, queue)
+    keys = QueueKeys("conveyor", queue)
+
+    def done() -> bool:
+        return drained(client, queue, 1 + len(others))()
+
+    limit = (max_stalls + 1) * (lease * 4 / 3 + 4) + reenqueue_s + 30
+    t0 = time.monotonic()
+    sent: Counter[str] = Counter()
+    feed_s = max(reenqueue_s, 4.0)  # other jobs keep coming: every hog run has neighbours
+    for n in range(int(limit / 0.1) + 1):
+        pool.respawn_dead()  # a supervisor
+        elapsed = time.monotonic() - t0
+        if elapsed < feed_s and n % 3 == 0:
+            late = Enqueue(f"{queue}-m{n:04d}", "work", {"s": 0.5})
+            if producer.send([late]):
+                others.append(late)
+        if reenqueue_s and elapsed < reenqueue_s:  # the producer keeps asking for it
+            try:
+                again = producer.queue.enqueue(hog.task, hog.data, id=hog.id, **hog.options)
+                sent[again.outcome] += 1
+            except ConveyorError as exc:
+                sent[type(exc).__name__] += 1
+        elif done() or elapsed > limit:
+            break
+        time.sleep(0.1)
+    entries = list(ledger.read(scene.ledger_path))
+    ids = [hog.id, *(o.id for o in others)]
+    t = tally(entries, client, queue, ids=ids)
+    r.absorb(t)
+    pids = {p.pid for p in pool.all_procs}
+    kills = [e for e in entries if e.kind == "kill" and e.id == "oom" and e.pid in pids]
+    # an innocent run that began on a process the OOM killer then killed, and never finished
+    # there, was taken down with the hog
+    took_down: dict[int, list[str]] = {}
+    for kill in kills:
+        victims = [
+            o.id for o in others
+            for s in t.starts.get(o.id, ())
+            if s.pid == kill.pid and s.mono <= kill.mono
+            and not any(f.pid == kill.pid for f in t.finishes.get(o.id, ()))
+        ]  # fmt: skip
+        if victims:
+            took_down[kill.pid] = victims
+    hog_view = t.view[hog.id]
+    hog_runs = sorted(t.starts.get(hog.id, []), key=lambda e: e.mono)
+    r.check(f"{label}: the hog was killed for its memory", kills, len(kills))
+    r.check(
+        f"{label}: the hog never ate its whole ration (every run was killed first)",
+        "MemoryError" not in (hog_view.error or "") and not t.finishes.get(hog.id),
+        hog_view.error,
+    )
+    r.check(
+        f"{label}: the hog ended failed, as stalled",
+        hog_view.state == "failed" and "StalledError" in (hog_view.error or ""),
+        (hog_view.state, hog_view.error),
+    )
+    r.check(
+        f"{label}: every other job completed",
+        all(t.view[o.id].state == "completed" for o in others),
+        {o.id: t.view[o.id].state for o in others if t.view[o.id].state != "completed"},
+    )
+    r.check(
+        f"{label}: the hog took other jobs down at most once",
+        len(took_down) <= 1,
+        {str(pid): ids for pid, ids in took_down.items()},
+    )
+    r.check(
+        f"{label}: each re-run of the hog is visible (attempt >= 2)",
+        all(run.attempt >= 2 for run in hog_runs[1:]),
+        [run.attempt for run in hog_runs],
+    )
+    trail = [
+        f"{raw.get(b'event', b'').decode()}:{raw.get(b'stalls', raw.get(b'attempt', b'')).decode()}"
+        for _, raw in client.xrange(keys.events, count=10_000)
+        if raw.get(b"id", b"").decode() == hog.id
+    ]
+    return {
+        "hog_events": trail,
+        "hog_runs": len(hog_runs),
+        "oom_kills": len(kills),
+        "kills_that_took_others_down": len(took_down),
+        "hog_stalls": hog_view.stalls,
+        "reenqueue_outcomes": dict(sent),
+        "ready_left": client.zcard(keys.ready),
+    }
+
+
+@scenario(
+    22,
+    "memory-hog",
+    "A job eats memory until an OOM killer SIGKILLs its worker, alone and while its producer "
+    "re-enqueues its id: it fails after max_stalls, takes others down at most once",
+    full=dict(lease=2.0, max_stalls=3, innocents=24, reenqueue_s=10.0, limit_mb=300),
+    bounded=dict(lease=1.0, max_stalls=2, innocents=8, reenqueue_s=4.0, limit_mb=300),
+)
+def memory_hog(
+    scene: Scene, *, lease: float, max_stalls: int, innocents: int, reenqueue_s: float,
+    limit_mb: int,
+) -> Result:  # fmt: skip
+    r = Result("memory-hog")
+    url = scene.server().url
+    alone = scene.workers(url, 1, queue="hog1", concurrency=4, lease=lease)
+    pushed = scene.workers(url, 1, queue="hog2", concurrency=4, lease=lease)
+    for pool in (alone, pushed):
+        pool.start()
+    r.check("workers ready", alone.wait_ready(20) and pushed.wait_ready(20))
+    killer = OomKiller(scene, [alone, pushed], limit_mb)
+    killer.start()
+    out: dict[str, dict[str, Any]] = {}
+
+    def phase(name: str, pool: WorkerPool, label: str, again_s: float) -> None:
+        try:
+            out[name] = _hog_phase(
+                scene, r, pool, label=label, lease=lease, max_stalls=max_stalls,
+                innocents=innocents, reenqueue_s=again_s,
+            )  # fmt: skip
+        except Exception:
+            r.check(f"{label}: the phase ran", False, traceback.format_exc()[-2000:])
+
+    phases = [
+        threading.Thread(target=phase, args=("alone", alone, "no re-enqueue", 0.0)),
+        threading.Thread(target=phase, args=("re-enqueued", pushed, "re-enqueued", reenqueue_s)),
+    ]
+    for phase in phases:
+        phase.start()
+    for phase in phases:
+        phase.join(600)
+    killer.stop()
+    r.kills = len(killer.kills)
+    r.check("both phases ran to their end", set(out) == {"alone", "re-enqueued"}, sorted(out))
+    r.check(
+        f"no re-enqueue: the hog ran max_stalls = {max_stalls} times",
+        out.get("alone", {}).get("hog_runs") == max_stalls,
+        out.get("alone", {}).get("hog_runs"),
+    )
+    r.metrics.update(
+        phases=out, limit_mb=limit_mb, killed_at_mb=[round(b / 2**20) for _, b in killer.kills]
+    )
+    return r
+
+
+# --------------------------------------------------------------------------- 23
+
+
+@scenario(
+    23,
+    "upsert-storm",
+    "100 producer processes upsert the same 10 ids while 3 workers run and one is SIGKILLed: "
+    "runs of an id never overlap, and every acknowledged enqueue is followed by a run",
+    full=dict(producers=100, ids=10, rounds=5, lease=2.0),
+    bounded=dict(producers=100, ids=10, rounds=2, lease=2.0),
+)
+def upsert_storm(scene: Scene, *, producers: int, ids: int, rounds: int, lease: float) -> Result:
+    r = Result("upsert-storm")
+    url = scene.server().url
+    pool = scene.workers(url, 3, concurrency=4, lease=lease)
+    pool.start()
+    r.check("3 workers ready", pool.wait_ready(20))
+    names = [f"u{i}" for i in range(ids)]
+    result: list[Any] = []
+    storm = threading.Thread(
+        target=lambda: result.append(
+            race(url, "chaos", producers, names, {"s": 0.2}, rounds=rounds,
+                 ledger_path=str(scene.ledger_path))
+        )
+    )  # fmt: skip
+    storm.start()
+    # kill a worker while it runs one of the ids, once the storm is under way
+    victim = None
+    for _ in range(300):
+        running = {e.pid for e in ledger.read(scene.ledger_path) if e.kind == "start"}
+        live = [p for p in pool.live() if p.pid in running]
+        if live:
+            victim = live[0].index
+            break
+        time.sleep(0.05)
+    if victim is not None:
+        pool.kill(victim)
+        pool.start(victim)
+    storm.join(600)
+    client = admin(url)
+    r.check("all finished", wait_until(drained(client, "chaos", ids), 60, 0.1))
+    time.sleep(0.5)
+    entries = list(ledger.read(scene.ledger_path))
+    t = tally(entries, client, "chaos", ids=names)
+    r.absorb(t)
+    r.kills = 1 if victim is not None else 0
+    got = result[0] if result else None
+    outcomes = Counter(got.outcomes if got else [])
+    kills = [e for e in entries if e.kind == "kill"]
+    clashes = {j: overlaps(t.starts.get(j, []), t.finishes.get(j, []), kills) for j in names}
+    # when the last call that asked for a run (created, updated or blocked; "exists" is the
+    # finished record answering) was sent: a run must start after it
+    asked = [e for e in entries if e.kind == "enq" and e.extra.split(" ")[0] != "exists"]
+    last_ack = {
+        j: max((float(e.extra.split(" ")[1]) for e in asked if e.id == j), default=0.0)
+        for j in names
+    }
+    unserved = [
+        j for j in names if not any(s.mono > last_ack[j] for s in t.starts.get(j, ()))
+    ]  # fmt: skip
+    r.check("a worker was killed while running one of the ids", victim is not None)
+    r.check(
+        f"{producers} processes x {ids} ids x {rounds} rounds: every call answered, no error",
+        got is not None
+        and got.racers == producers
+        and sum(outcomes.values()) == producers * ids * rounds
+        and not any(o.startswith("error") for o in outcomes),
+        dict(outcomes),
+    )
+    r.check("the runs of each id never overlapped", not any(clashes.values()), clashes)
+    r.check(
+        "every id ran again after its last acknowledged enqueue (no upsert or twin dropped)",
+        not unserved,
+        unserved,
+    )
+    r.check("0 lost", not t.lost, t.lost)
+    r.check("0 completions accepted twice", not t.double_acks, t.double_acks)
+    r.metrics.update(outcomes=dict(outcomes), runs={j: len(t.starts.get(j, [])) for j in names})
+    client.close()
+    return r

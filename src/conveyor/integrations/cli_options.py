@@ -1,0 +1,80 @@
+"""Options and helpers every `conveyor` command shares: where Redis is (the
+embedded default when no URL is given), JSON or tables, dates."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import click
+
+from conveyor.client.connection import URL_VARIABLES
+from conveyor.client.core import QueueSettings
+from conveyor.client.sync import Queue
+from conveyor.integrations.embedded import EmbeddedRedis
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+url_option = click.option(
+    "--url", envvar=list(URL_VARIABLES), help="Redis URL (default: the embedded server)."
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+prefix_option = click.option(
+    "--prefix", default="conveyor", show_default=True, help="The queues' key prefix."
+)
+
+
+def queue_options(command: F) -> F:
+    """--url, --prefix and --json."""
+    return url_option(prefix_option(json_option(command)))
+
+
+@contextmanager
+def resolved_url(url: str | None) -> Iterator[str]:
+    """`url`, else the embedded server's (started or reused, kept while in use)."""
+    if url:
+        yield url
+        return
+    with EmbeddedRedis() as embedded:
+        click.echo(f"using the embedded Redis at {embedded.url}", err=True)
+        yield embedded.url
+
+
+@contextmanager
+def open_queue(name: str, url: str | None, prefix: str = "conveyor") -> Iterator[Queue]:
+    """The queue `name` at `url`, else on the embedded server."""
+    settings = QueueSettings(prefix=prefix, eviction_check="ignore")
+    with resolved_url(url) as found, Queue(name, url=found, settings=settings) as queue:
+        yield queue
+
+
+def when(value: datetime | float | None) -> str:
+    """A date for people: `2026-11-25 13:02:07` (UTC), never an epoch float."""
+    if value is None or value == "":
+        return "-"
+    if not isinstance(value, datetime):
+        value = datetime.fromtimestamp(float(value), UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Plain aligned columns; numbers right-aligned."""
+    cells = [[str(c) for c in headers], *[["-" if c is None else str(c) for c in r] for r in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    numeric = [all(isinstance(r[i], int) for r in rows) and bool(rows) for i in range(len(headers))]
+    lines = []
+    for row in cells:
+        parts = [
+            cell.rjust(w) if num else cell.ljust(w)
+            for cell, w, num in zip(row, widths, numeric, strict=True)
+        ]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def emit(as_json: bool, payload: Any, text: Callable[[], str]) -> None:
+    """`payload` as JSON with --json, else the human text."""
+    click.echo(json.dumps(payload, indent=2, default=str) if as_json else text())

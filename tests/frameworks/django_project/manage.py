@@ -1,0 +1,10 @@
+"""The Django project of the ConveyorBackend tests (run by tests/frameworks/test_django.py)."""
+
+import os
+import sys
+
+if __name__ == "__main__":
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "djproject.settings")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)

@@ -1,0 +1,107 @@
+"""Issue 15, defects 2 and 3: the leases a worker holds are bounded by its
+concurrency, and its heartbeat keeps a fixed cadence, both through a proxy
+that adds latency (chaos/proxy.py), measured on Redis itself."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from chaos.proxy import FaultProxy
+
+from conveyor import Queue
+from conveyor.client.tasks import Tasks
+from support.workers import WorkerRunner, wait_until
+
+
+@pytest.fixture
+def proxy(redis_client: redis.Redis) -> Iterator[FaultProxy]:
+    port = redis_client.connection_pool.connection_kwargs["port"]
+    with FaultProxy(port, seed=15) as fault_proxy:
+        yield fault_proxy
+
+
+class Sampler(threading.Thread):
+    """Reads one value from Redis every few milliseconds until stopped."""
+
+    def __init__(self, read: object) -> None:
+        super().__init__(daemon=True)
+        self.read = read
+        self.samples: list[tuple[float, object]] = []
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(0.002):
+            self.samples.append((time.monotonic(), self.read()))  # type: ignore[operator]
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(5)
+
+
+def test_a_worker_never_holds_more_leases_than_its_concurrency(
+    proxy: FaultProxy, redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Latency makes every acknowledgement take a while: finished jobs then wait
+    # for it while the worker could claim more. Before the fix: 8 leases at
+    # concurrency 4 (claimed + running + awaiting acknowledgement).
+    proxy.set_latency(0.02, 0.04)
+    tasks = Tasks(queue_name, url=proxy.url)
+    done: list[int] = []
+
+    @tasks.task
+    async def quick(n: int) -> None:
+        done.append(n)
+
+    producer = Queue(queue_name, url=f"redis://127.0.0.1:{proxy.upstream_port}/0")
+    keys = producer.core.keys
+    sampler = Sampler(lambda: redis_client.zcard(keys.active))
+    producer.enqueue_many([("quick", n) for n in range(200)])
+    runner = WorkerRunner(proxy.url)
+    sampler.start()
+    try:
+        runner.start(tasks, concurrency=4, lease=10)
+        wait_until(lambda: len(done) == 200, timeout=120)
+        wait_until(lambda: redis_client.zcard(keys.active) == 0, timeout=30)
+    finally:
+        sampler.stop()
+        runner.stop_all()
+        producer.close()
+    most = max(int(value) for _, value in sampler.samples)  # type: ignore[call-overload]
+    assert len(sampler.samples) > 100
+    assert 1 <= most <= 4, f"{most} leases held at once with concurrency 4"
+
+
+def test_heartbeats_keep_their_cadence_under_latency(
+    proxy: FaultProxy, redis_client: redis.Redis, queue_name: str
+) -> None:
+    # 150 ms each way: a beat plus its reap take about 0.6 s. The beat must come
+    # every lease / 3 = 0.5 s all the same, not every 0.5 s + 0.6 s.
+    proxy.set_latency(0.15, 0.15)
+    tasks = Tasks(queue_name, url=proxy.url)
+    with Queue(queue_name, url=f"redis://127.0.0.1:{proxy.upstream_port}/0") as producer:
+        keys = producer.core.keys
+    runner = WorkerRunner(proxy.url)
+    handle = runner.start(tasks, concurrency=1, lease=1.5)
+    worker_key = keys.workers
+    sampler = Sampler(lambda: redis_client.zscore(worker_key, handle.worker.id))
+    sampler.start()
+    try:
+        wait_until(lambda: len({v for _, v in sampler.samples if v is not None}) >= 9, 60)
+    finally:
+        sampler.stop()
+        runner.stop_all()
+    beats: list[float] = []
+    last = None
+    for at, value in sampler.samples:
+        if value is not None and value != last:
+            beats.append(at)
+            last = value
+    gaps = [b - a for a, b in zip(beats[1:], beats[2:], strict=False)]  # the first may be partial
+    assert len(gaps) >= 6
+    assert statistics.median(gaps) < 0.65, f"beats every {statistics.median(gaps):.2f} s: {gaps}"
+    assert max(gaps) < 1.0, gaps  # a lease of 1.5 s keeps a margin of at least half a lease
