@@ -101,6 +101,7 @@ def sample_call(name: str) -> ops.Call:
         "reprioritize": ops.reprioritize(keys, "id", 5, events_maxlen=10),
         "retry": ops.retry(keys, "id", events_maxlen=10),
         "remove": ops.remove(keys, "id", events_maxlen=10),
+        "forget": ops.forget(keys, [("id", 1)]),
         "record_metrics": observe.record_metrics(
             keys, completed=1, failed=0, retried=0, stalled=0, timings={}, retention_ms=1
         ),

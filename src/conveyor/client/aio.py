@@ -465,7 +465,9 @@ class AsyncQueue:
 
     def peer(self, name: str) -> AsyncQueue:
         """Queue `name` with this queue's settings, on the same server (on a
-        cluster: connected to its own slot's master); this queue for its name."""
+        cluster: connected to its own slot's master; a queue made with
+        `client=` shares that client, which a cluster cannot do); this queue
+        for its own name."""
         if name == self.name:
             return self
         if name not in self._peers:

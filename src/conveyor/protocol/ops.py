@@ -522,6 +522,19 @@ def retry(keys: QueueKeys, job_id: str, *, events_maxlen: int) -> Call:
     )
 
 
+def forget(keys: QueueKeys, items: Sequence[tuple[str, int]]) -> Call:
+    """Delete archived finished jobs: (id, finished_at ms) pairs (§6.20)."""
+    args: list[Arg] = []
+    for job_id, finished_ms in items:
+        args += [job_id, finished_ms]
+    return Call("forget", (keys.base, keys.completed, keys.failed), tuple(args))
+
+
+def decode_forget(raw: Any) -> tuple[int, int]:
+    """(removed, kept)."""
+    return int(raw[0]), int(raw[1])
+
+
 def remove(keys: QueueKeys, job_id: str, *, events_maxlen: int) -> Call:
     return Call(
         "remove",

@@ -39,6 +39,7 @@ SCRIPT_NAMES = (
     "flow_settle",
     "flow_attach",
     "flow_wait",
+    "forget",
 )
 
 _INCLUDE = "-- @include "
