@@ -96,7 +96,8 @@ class Deferred:
     checkpoint: str  # JSON, or '' to keep the saved one
 
 
-Outcome = Success | Failure | Limited | Deferred | None  # None: lease lost, nothing to write
+Ended = Success | Failure | Limited | Deferred  # how a run ended, to be written
+Outcome = Ended | None  # None: lease lost, nothing to write
 
 
 def describe(exc: BaseException) -> str:

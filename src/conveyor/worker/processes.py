@@ -38,9 +38,8 @@ from conveyor.errors import ProcessDiedError
 from conveyor.worker.context import JobContext, set_current
 from conveyor.worker.execution import (
     NOTHING,
-    Deferred,
+    Ended,
     Failure,
-    Limited,
     Outcome,
     Running,
     Success,
@@ -99,7 +98,7 @@ def child_main(conn: Connection) -> None:
 
 def _run_order(
     order: Order, handlers: dict[tuple[str, str, bool], Callable[[Any], Any]], conn: Connection
-) -> Success | Failure | Limited | Deferred:
+) -> Ended:
     ctx = JobContext(
         **order.job,
         report_progress=lambda _, fraction: conn.send(("progress", fraction)),
@@ -118,9 +117,9 @@ def _run_order(
         return Success(serializers.dumps(result, what="the result"))
     except Exception as exc:  # the exception stays here: its text and kind cross the pipe
         outcome = failure_of(exc)
-        if isinstance(outcome, Failure):
+        if isinstance(outcome, Failure):  # without the exception object: it may not pickle
             return Failure(outcome.error, outcome.permanent, outcome.retry_delay_ms)
-        return outcome  # Limited, Deferred: plain data
+        return outcome  # RateLimited / ResumeLater: plain values that cross the pipe
     finally:
         set_current(None)
 
@@ -166,9 +165,7 @@ class Child:
         self.jobs_done = 0
         self.dead = False
         self._on_message = on_message  # progress, log lines, checkpoints of the running job
-        self._outcome: asyncio.Future[tuple[Success | Failure | Limited | Deferred, int]] | None = (
-            None
-        )
+        self._outcome: asyncio.Future[tuple[Ended, int]] | None = None
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(conn.fileno(), self._readable)
         self.on_idle_death: Callable[[Child], None] = lambda _: None
@@ -179,7 +176,7 @@ class Child:
 
     def run(
         self, order: Order, on_message: Callable[[str, Any], None]
-    ) -> asyncio.Future[tuple[Success | Failure | Limited | Deferred, int]]:
+    ) -> asyncio.Future[tuple[Ended, int]]:
         """Send one job; the future gets (outcome, peak RSS) or ChildDied."""
         self._on_message = on_message  # progress, log lines, checkpoints of the running job
         self._outcome = self._loop.create_future()
