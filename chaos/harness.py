@@ -108,8 +108,10 @@ class WorkerPool:
         env: dict[str, str] | None = None,
         faketime: Sequence[str | None] | str | None = None,
         target: str = "chaos.app:tasks",
+        args: Sequence[str] = (),
     ) -> None:
         self.scene = scene
+        self.args = list(args)  # more `conveyor worker` options
         self.url = url
         self.count = count
         self.queue = queue
@@ -151,6 +153,7 @@ class WorkerPool:
             "--concurrency", str(self.concurrency),
             "--lease", str(self.lease),
             "--grace", str(self.grace),
+            *self.args,
         ]  # fmt: skip
 
     def start(self, index: int | None = None) -> None:
@@ -239,6 +242,22 @@ class WorkerPool:
                     f"--- {p.log_path.name} ---\n" + p.log_path.read_text(errors="replace")
                 )
         return "\n".join(parts)
+
+
+_RECORD_START = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ ")
+
+
+def unhandled_tracebacks(logs: str) -> list[str]:
+    """The tracebacks in worker logs that no job-failure line carries: a failed job's own
+    traceback is logged on purpose (logger `conveyor.jobs`); any other is an unhandled
+    exception. Returns the first line of each record that holds one."""
+    found, header = [], ""
+    for line in logs.splitlines():
+        if _RECORD_START.match(line) or line.startswith("--- "):
+            header = line
+        elif line.startswith("Traceback") and " conveyor.jobs: " not in header:
+            found.append(header or line)
+    return found
 
 
 # --------------------------------------------------------------------------- producer

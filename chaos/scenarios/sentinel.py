@@ -1,4 +1,4 @@
-"""Scenario 26: Redis Sentinel, forced failovers under load."""
+"""Scenario 34: Redis Sentinel, forced failovers under load."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def _fail_over(deployment: Deployment, kill: bool) -> tuple[int, int, float]:
 
 
 @scenario(
-    26,
+    34,
     "sentinel-failover",
     "Redis Sentinel (a master, 2 replicas, 3 sentinels): a producer and workers with "
     "min_replicas=2 (every replica) through a redis+sentinel:// URL while the master fails "

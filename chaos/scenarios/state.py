@@ -15,7 +15,7 @@ import redis
 
 from chaos import ledger
 from chaos.checker import Result, tally
-from chaos.harness import ROOT, Enqueue, Scene, admin, wait_until
+from chaos.harness import ROOT, Enqueue, Scene, admin, unhandled_tracebacks, wait_until
 from chaos.scenarios import scenario
 from conveyor.protocol.keys import QueueKeys
 
@@ -224,7 +224,7 @@ def corrupt_state(
         canaries = [
             p.name for p in (scene.scratch / "unpickled", scene.scratch / "imported") if p.exists()
         ]
-        crashed = "Traceback" in pool.logs()
+        crashed = bool(unhandled_tracebacks(pool.logs()))
         ok = good and alive and ok_done == normal and not canaries and not crashed
         detail = {
             "state": state, "error": error.splitlines()[0][:100] if error else "",
@@ -291,13 +291,20 @@ def same_id(
         )
     # 3. the race while the job runs: the re-enqueues collapse into one follow-up run
     producer = scene.producer(url, queue=queue)
-    producer.send_until_acked([Enqueue("busy", "work", {"s": 4.0})], 10)  # outlasts the forks
-    running = wait_until(
-        lambda: any(e.kind == "start" and e.id == "busy" for e in ledger.read(scene.ledger_path)),
-        10,
-    )
-    r.check("busy: running", running)
-    outcomes = Counter(race(url, queue, producers, ["busy"], {"s": 0.05}).outcomes)
+    running: list[bool] = []
+
+    def start_busy() -> None:
+        """Once every racer waits at the barrier: start `busy` and wait until it runs."""
+        producer.send_until_acked([Enqueue("busy", "work", {"s": 6.0})], 10)
+        running.append(wait_until(
+            lambda: any(e.kind == "start" and e.id == "busy"
+                        for e in ledger.read(scene.ledger_path)),
+            10,
+        ))  # fmt: skip
+
+    got = race(url, queue, producers, ["busy"], {"s": 0.05}, before=start_busy)
+    r.check("busy: running when the racers were let go", running == [True], running)
+    outcomes = Counter(got.outcomes)
     r.check(
         f"busy: {producers} re-enqueues while it runs are all held as a blocked twin",
         outcomes == Counter({"blocked": producers}),

@@ -1,4 +1,4 @@
-"""Scenario 26: Redis Sentinel failovers under a min_replicas producer and workers."""
+"""Scenario 34: Redis Sentinel failovers under a min_replicas producer and workers."""
 
 from __future__ import annotations
 

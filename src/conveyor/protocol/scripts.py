@@ -24,6 +24,7 @@ SCRIPT_NAMES = (
     "release",
     "await",
     "cancel",
+    "abort",
     "limits",
     "schedule",
     "schedule_next",
@@ -32,12 +33,16 @@ SCRIPT_NAMES = (
     "reprioritize",
     "retry",
     "remove",
+    "rate_limited",
+    "checkpoint",
+    "defer",
     "record_metrics",
     "job_log",
     "flow_add",
     "flow_settle",
     "flow_attach",
     "flow_wait",
+    "forget",
 )
 
 _INCLUDE = "-- @include "
