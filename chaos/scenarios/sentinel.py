@@ -53,7 +53,7 @@ def _fail_over(deployment: Deployment, kill: bool) -> tuple[int, int, float]:
     "min_replicas=2 (every replica) through a redis+sentinel:// URL while the master fails "
     "over (SENTINEL FAILOVER, then SIGKILL): 0 acknowledged jobs lost",
     full=dict(jobs=3000, window=40.0, failovers=4),
-    bounded=dict(jobs=300, window=8.0, failovers=1),
+    bounded=dict(jobs=300, window=10.0, failovers=2),
 )
 def sentinel_failover(scene: Scene, *, jobs: int, window: float, failovers: int) -> Result:
     """min_replicas is every replica: the one promoted has every acknowledged
