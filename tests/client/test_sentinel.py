@@ -162,6 +162,18 @@ def test_min_replicas_unmet_is_an_unreplicated_write(redis_url: str, wire: str) 
         assert queue.counts()[JobState.WAITING] == 1
 
 
+def test_min_replicas_unmet_is_an_unreplicated_write_async(redis_url: str, wire: str) -> None:
+    settings = QueueSettings(min_replicas=1, replica_timeout=0.1)
+
+    async def enqueue() -> JobState:
+        async with AsyncQueue(f"aunmet{wire}", url=redis_url, settings=settings) as queue:
+            with pytest.raises(UnreplicatedWriteError, match="WAIT saw 0 replica"):
+                await queue.enqueue("t", 1, id="only")
+            return (await queue.get("only")).state
+
+    assert asyncio.run(enqueue()) is JobState.WAITING
+
+
 @pytest.mark.parametrize(
     "settings",
     [{"min_replicas": -1}, {"min_replicas": 1.5}, {"replica_timeout": 0}, {"replica_timeout": 9}],
