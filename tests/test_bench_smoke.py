@@ -2,7 +2,8 @@
 
 Conveyor only, plus huey when the peers' venv (.venv-bench) is already there: the
 test never installs anything. Every scenario runs once, on the harness's own
-private redis-servers, and the records must have the documented shape.
+private redis-servers (the network ones through the harness's delay proxy), and
+the records must have the documented shape.
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.__main__ import main  # noqa: E402
-from bench.systems import ENQUEUE_SINGLE, SCENARIOS, plan  # noqa: E402
+from bench.report import best_peer_ratios  # noqa: E402
+from bench.systems import ENQUEUE_SINGLE, SCENARIOS, applies, plan  # noqa: E402
 from bench.venv import ensure_peer_venv  # noqa: E402
 
 FIELDS = {"system", "scenario", "jobs_per_s", "p50_ms", "p99_ms", "bytes_per_job", "runs"}
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(150)
 def test_bench_runs_on_a_tiny_n(tmp_path: Path, redis_binary: str) -> None:
     if shutil.which("redis-benchmark") is None:
         pytest.fail("redis-benchmark is not on PATH (it comes with redis-server)")
@@ -36,7 +38,7 @@ def test_bench_runs_on_a_tiny_n(tmp_path: Path, redis_binary: str) -> None:
         systems.append("huey")
     out = tmp_path / "results"
     argv = [
-        "--n", "200", "--bulk-n", "500", "--lat-n", "40", "--rate", "400",
+        "--n", "200", "--bulk-n", "500", "--lat-n", "40", "--rate", "400", "--net-n", "100",
         "--ceiling-n", "2000", "--reps", "1", "--enqueue-reps", "2", "--timeout", "30",
         "--no-install",
         "--systems", ",".join(systems), "--out", str(out), "--redis-server", redis_binary,
@@ -59,8 +61,20 @@ def test_bench_runs_on_a_tiny_n(tmp_path: Path, redis_binary: str) -> None:
         assert isinstance(value, float | int) and value > 0, (system, scenario, key, value)
 
     for scenario in ("enqueue_single", "enqueue_single_async", "enqueue_single_uvloop",
-                     "enqueue_bulk", "process_1proc", "process_2proc"):  # fmt: skip
+                     "enqueue_bulk", "process_1proc", "process_2proc", "process_1proc_c100",
+                     "process_2proc_c100", "enqueue_single_net", "process_1proc_net",
+                     "process_1proc_net_c100"):  # fmt: skip
         positive("conveyor", scenario, "jobs_per_s")
+    for scenario in ("enqueue_single", "enqueue_bulk", "process_1proc", "process_1proc_c100"):
+        positive("conveyor", scenario, "redis_cpu_us_per_job")
+        positive("conveyor", scenario, "redis_commands_per_job")
+    defaults = records[("conveyor", "process_1proc")]["runs"][0]
+    assert defaults["concurrency"] == "default"
+    assert records[("conveyor", "process_1proc_c100")]["runs"][0]["concurrency"] == "100"
+    # 1 ms each way: a job cannot start sooner than its enqueue's and its wake-up's trips
+    trips = doc["meta"]["ping_round_trip_ms"]
+    assert trips["through_the_proxy"] >= 2.0 > trips["direct"], trips
+    assert records[("conveyor", "latency_net")]["p50_ms"] >= 2.0
     positive("conveyor", "latency", "p50_ms")
     positive("conveyor", "latency", "p99_ms")
     positive("conveyor", "latency", "complete_p50_ms")
@@ -69,9 +83,14 @@ def test_bench_runs_on_a_tiny_n(tmp_path: Path, redis_binary: str) -> None:
     assert records[("conveyor", "latency")]["jobs_per_s"] is None  # does not apply
     if "huey" in systems:
         positive("huey", "process_1proc", "jobs_per_s")
+        positive("huey", "enqueue_single", "redis_cpu_us_per_job")
+        assert "not applicable" in records[("huey", "process_1proc_c100")]["note"]
         assert records[("huey", "enqueue_bulk")]["jobs_per_s"] is None  # no bulk API
         assert "not applicable" in records[("huey", "enqueue_bulk")]["note"]
-    assert {t["target"] for t in doc["targets"]} >= {"process_1proc", "enqueue_bulk"}
+    assert {t["target"] for t in doc["targets"]} >= {
+        "process_1proc", "process_1proc_c100", "process_1proc_net", "latency_net p50 (enqueue "
+        "to start)", "Redis CPU per processed job (process_1proc_c100)", "enqueue_bulk",
+    }  # fmt: skip
     assert (out / "latest.md").read_text().startswith("# Benchmark results")
     assert (out / "latest.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
@@ -113,3 +132,23 @@ def test_the_flows_bench_runs_on_a_tiny_n(
     for what in ("plain jobs", "fan-out of 60 + fan-in", "15 chains of 4 steps"):
         assert f"conveyor  {what}" in out
     assert "a plain job's Redis time" in out
+
+
+def test_a_thread_pool_peer_counts_with_its_defaults_in_the_equal_concurrency_ratio() -> None:
+    assert applies("huey", "process_1proc_c100") is not None
+    assert applies("taskiq@0.12", "process_1proc_c100") is None
+    runs = {
+        ("conveyor", "process_1proc_c100"): [{"rep": 0, "jobs_per_s": 1000.0},
+                                             {"rep": 1, "jobs_per_s": 900.0}],
+        ("huey", "process_1proc"): [{"rep": 0, "jobs_per_s": 400.0},
+                                    {"rep": 1, "jobs_per_s": 100.0}],
+        ("taskiq@0.12", "process_1proc_c100"): [{"rep": 0, "jobs_per_s": 300.0},
+                                                {"rep": 1, "jobs_per_s": 300.0}],
+        ("taskiq@0.12", "process_1proc"): [{"rep": 0, "jobs_per_s": 900.0}],  # not its c100
+    }  # fmt: skip
+    ratio, per_rep, fastest = best_peer_ratios(
+        runs, "process_1proc_c100", "process_1proc_c100", ["huey", "taskiq@0.12"]
+    )
+    assert per_rep == [2.5, 3.0]
+    assert fastest == ["huey", "taskiq@0.12"]
+    assert ratio == 2.75
