@@ -71,7 +71,7 @@ def test_jobs_show_has_error_and_events(
     shown = _run("jobs", "show", queue_name, "bad", url=redis_url)
     assert shown.exit_code == 0, shown.output
     assert "state: failed" in shown.output and "Traceback: boom" in shown.output
-    assert "created" in shown.output and "  failed" in shown.output
+    assert "created" in shown.output and "  failed  error: Traceback: boom" in shown.output
     as_json = json.loads(_run("jobs", "show", queue_name, "bad", "--json", url=redis_url).output)
     assert [e["event"] for e in as_json["events"]] == ["created", "active", "failed"]
     missing = _run("jobs", "show", queue_name, "nope", url=redis_url)

@@ -42,6 +42,7 @@ MODULES = (
     "flows",
     "soak",
     "round2",
+    "semantics",
 )
 
 

@@ -132,3 +132,30 @@ def test_a_node_s_record_names_its_parent_policy_and_children(queue: Any) -> Non
     parent, child = queue.get(done.id), queue.get(done.children[0].id)
     assert (parent.parent, parent.children) == (None, 2)
     assert (child.parent, child.on_fail, child.children) == (done.ref, "ignore", 0)
+
+
+def test_the_cli_shows_a_flow_s_node_and_a_page_of_its_children(
+    redis_url: str, queue_name: str, other: Queue
+) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from conveyor.integrations.cli import main
+
+    with Queue(queue_name, url=redis_url) as queue:
+        done = queue.enqueue_flow(
+            FlowJob(task="p", options={"id": "root"},
+                    children=[FlowJob(task="c", options={"id": f"c{i}"}) for i in range(3)]
+                    + [FlowJob(task="c", queue=other.name, options={"id": "far"})])
+        )  # fmt: skip
+    shown = CliRunner().invoke(
+        main, ["flow", queue_name, done.id, "--url", redis_url, "--offset", "2", "--limit", "5"]
+    )
+    assert shown.exit_code == 0, shown.output
+    tree = json.loads(shown.output)
+    assert (tree["ref"], tree["state"]) == (f"{queue_name}/root", "waiting_children")
+    assert tree["children"] == {"total": 4, "pending": 4, "processed": 0, "ignored": 0, "failed": 0}
+    assert [(c["ref"], c["state"]) for c in tree["page"]] == [
+        (f"{queue_name}/c2", "waiting"), (f"{other.name}/far", "waiting")
+    ]  # fmt: skip

@@ -100,10 +100,16 @@ def sample_call(name: str) -> ops.Call:
         "reprioritize": ops.reprioritize(keys, "id", 5, events_maxlen=10),
         "retry": ops.retry(keys, "id", events_maxlen=10),
         "remove": ops.remove(keys, "id", events_maxlen=10),
+        "forget": ops.forget(keys, [("id", 1)]),
         "record_metrics": observe.record_metrics(
             keys, completed=1, failed=0, retried=0, stalled=0, timings={}, retention_ms=1
         ),
         "job_log": observe.job_log(keys, job_id="id", token="t", lines=["a line"]),
+        "checkpoint": ops.checkpoint(keys, job_id="id", token="t", state="{}"),
+        "defer": ops.defer(keys, [("id", "t", 0, "")], events_maxlen=10),
+        "rate_limited": ops.rate_limited(
+            keys, [("id", "t")], wait_ms=1, scope="queue", events_maxlen=10
+        ),
         "flow_add": flows.flow_add(keys, [flows.FlowNodeArgs(spec, "", "", ())], events_maxlen=10),
         "flow_attach": flows.flow_attach(keys, "id", "t", ["o/c"]),
         "flow_wait": flows.flow_wait(keys, "id", "t", events_maxlen=10),

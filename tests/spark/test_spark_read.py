@@ -152,3 +152,19 @@ def test_read_whole_data_stored_in_pieces(spark: Any, redis_url: str, queue_name
     rows = {r["id"]: r["data"] for r in df.select("id", "data").collect()}
     assert {name: json.loads(rows[name]) for name in payloads} == payloads
     assert json.loads(rows["later"]) == long
+
+
+def test_flow_parents_are_read_in_waiting_children(
+    spark: Any, redis_url: str, queue_name: str
+) -> None:
+    from conveyor.client.flows import FlowJob
+
+    with Queue(queue_name, url=redis_url) as q:
+        children = [FlowJob(task="part", data=n, options={"id": f"c{n}"}) for n in range(3)]
+        q.enqueue_flow(FlowJob(task="sum", options={"id": "parent"}, children=children))
+    jobs = spark.read.format("conveyor").option("url", redis_url).option("queue", queue_name)
+    rows = {r["id"]: r["state"] for r in jobs.load().select("id", "state").collect()}
+    assert rows == {"parent": "waiting_children", "c0": "waiting", "c1": "waiting",
+                    "c2": "waiting"}  # fmt: skip
+    only = jobs.load().where("state = 'waiting_children'").select("id").collect()
+    assert [r["id"] for r in only] == ["parent"]

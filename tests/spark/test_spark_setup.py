@@ -178,13 +178,48 @@ def test_payload_json_matches_serializers() -> None:
 
 
 def test_charts_are_well_formed_svg() -> None:
-    line = charts.line_chart("t", {"completed": [(0, 1.0), (60, 5.0)]}, unit="jobs / s")
+    line = charts.line_chart("t", [0, 60, 120], {"completed": [1.0, 0.0, 5.0]}, unit="jobs / s")
     bars = charts.bar_chart("b", [("q<1>", {"p50": 0.1, "p95": 2.0, "p99": None})], unit="s")
     for svg in (line, bars):
         assert ET.fromstring(svg).tag.endswith("svg")
-    assert "q&lt;1&gt;" in bars
-    assert "no data" in charts.line_chart("empty", {}, unit="x")
-    assert charts.nice_step(97) == 20
+    assert "q&lt;1&gt;" in bars and "jobs / s" in line
+    assert "no data" in charts.line_chart("empty", [], {}, unit="x")
+    assert "no data" in charts.line_chart("zeros", [0, 60], {"failed": [0, 0]}, unit="x")
+
+
+def test_throughput_has_every_bucket_of_its_window() -> None:
+    from conveyor.integrations.spark.report import _throughput
+
+    def row(kind: str, second: int, n: int) -> dict[str, object]:
+        us = second * 1_000_000
+        return {"kind": kind, "second": second, "n": n, "lo": us, "hi": us}
+
+    # completions at 0 s and at 600 s, nothing between: the buckets between are zeros, so a
+    # chart draws a drop to zero, not a straight line from one burst to the next
+    got = _throughput([row("completed", 0, 50), row("completed", 600, 30), row("failed", 5, 2),
+                       row("created", 0, 80), row("active", 1, 80)])  # fmt: skip
+    size = got["bucket_seconds"]
+    assert size == 5 and len(got["series"]) == 121
+    assert got["series"][0] == {"t": "1970-01-01T00:00:00+00:00", "created": 80,
+                                "completed": 50, "failed": 0, "retried": 0}  # fmt: skip
+    assert got["series"][1]["failed"] == 2 and got["series"][120]["completed"] == 30
+    assert sum(p["completed"] for p in got["series"][1:120]) == 0
+    assert got["window"] == {"from": "1970-01-01T00:00:00+00:00",
+                             "to": "1970-01-01T00:10:00+00:00"}  # fmt: skip
+
+
+def test_the_page_shows_rates_as_percentages_and_priorities_by_name() -> None:
+    from conveyor.integrations.spark.report_html import render
+
+    row = {"jobs": 10, "retry_rate": 0.125, "failure_rate": 0.0, "stall_rate": None}
+    html = render({"totals": {"jobs": 10, "retry_rate": 0.125},
+                   "by_priority": [{"priority": "0", **row}, {"priority": "7", **row}],
+                   "generated_at": "2026-11-25T13:40:02.5+00:00",
+                   "throughput": {"window": {"from": "2026-11-25T13:00:00+00:00",
+                                             "to": "2026-11-25T13:30:00+00:00"}}})  # fmt: skip
+    assert "12.50 %" in html and "0.125" not in html
+    assert "high (0)" in html and "<td>7</td>" in html
+    assert "2026-11-25 13:40:02 UTC" in html and "2026-11-25 13:00:00 UTC to" in html
 
 
 def test_importing_the_package_does_not_import_pyspark() -> None:

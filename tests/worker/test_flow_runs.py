@@ -267,3 +267,29 @@ def test_a_burst_worker_runs_the_parents_its_last_children_release(
     assert not handle.thread.is_alive()
     job = sync_queue.get(done.id)
     assert job is not None and job.state is JobState.COMPLETED
+
+
+def test_burst_workers_finish_a_flow_across_queues(
+    redis_url: str, queue_name: str, sync_queue: Queue, worker_runner: WorkerRunner
+) -> None:
+    """The children's burst worker carries its last hand-offs before it exits; then the
+    parents' burst worker runs the parent."""
+    parents, kids = (
+        Tasks(queue_name, url=redis_url),
+        Tasks("t-" + uuid.uuid4().hex[:12], url=redis_url),
+    )
+
+    @parents.task
+    async def top(data: None) -> int:
+        return len((await current_job().children_async()).results)
+
+    @kids.task
+    async def leaf(data: None) -> None:
+        return None
+
+    done = sync_queue.enqueue_flow(top.node(None, children=[leaf.node(None) for _ in range(20)]))
+    for tasks in (kids, parents):
+        handle = worker_runner.start(tasks, burst=True, idle_wait=1.0)
+        handle.thread.join(30)
+        assert not handle.thread.is_alive()
+    assert sync_queue.get(done.id).result == 20

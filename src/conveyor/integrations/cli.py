@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import logging
@@ -14,6 +15,7 @@ from typing import Any
 import click
 
 from conveyor.client.connection import URL_VARIABLES
+from conveyor.client.flows import FlowNode
 from conveyor.client.sync import Queue
 from conveyor.client.tasks import Tasks
 from conveyor.errors import ConveyorError
@@ -201,6 +203,34 @@ def info(queue: str, url: str | None) -> None:
         counts = {state.value: n for state, n in q.counts().items()}
         workers = [{"id": w.id, **w.info} for w in q.workers()]
         click.echo(json.dumps({"queue": queue, "counts": counts, "workers": workers}, indent=2))
+
+
+@main.command()
+@click.argument("queue")
+@click.argument("job_id")
+@url_option
+@click.option("--offset", type=click.IntRange(min=0), default=0, help="First child shown.")
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+def flow(queue: str, job_id: str, url: str | None, offset: int, limit: int) -> None:
+    """A flow's node JOB_ID of QUEUE and a page of its children, as JSON: each
+    with its state, result, error and counts of children."""
+    with ExitStack() as stack, Queue(queue, url=redis_url(url, stack)) as q:
+        require_queue(q)
+        click.echo(json.dumps(_flow_node(q.flow(job_id, offset=offset, limit=limit)), indent=2))
+
+
+def _flow_node(node: FlowNode) -> dict[str, Any]:
+    job = node.job
+    out: dict[str, Any] = {
+        "ref": node.ref,
+        "state": None if job is None else job.state.value,
+        "result": None if job is None else job.result,
+        "error": None if job is None else job.error,
+        "children": dataclasses.asdict(node.counts),
+    }
+    if node.children:
+        out["page"] = [_flow_node(child) for child in node.children]
+    return out
 
 
 @main.command()

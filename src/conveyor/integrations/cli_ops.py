@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from conveyor.client.events import Event
 from conveyor.client.inspect import PURGEABLE, Limits, QueueOverview
 from conveyor.client.sync import Queue
 from conveyor.integrations.cli_options import (
@@ -138,14 +139,19 @@ def show_job(queue: str, job_id: str, url: str | None, prefix: str, as_json: boo
         lines = [f"{k:>12}: {v}" for k, v in fields if k != "error"]
         if job.error:
             lines += ["", "error:", job.error]
-        lines += ["", "events:"] + [
-            f"  {when(e.at)}  {e.name}  "
-            + " ".join(f"{k}={v}" for k, v in e.fields.items() if k != "error")
-            for e in events
-        ]
+        lines += ["", "events:"] + [_event_line(e) for e in events]
         return "\n".join(lines)
 
     emit(as_json, payload, text)
+
+
+def _event_line(event: Event) -> str:
+    """One event on a line; an error by its last line (a traceback's message)."""
+    fields = " ".join(f"{k}={v}" for k, v in event.fields.items() if k != "error")
+    error = (event.fields.get("error") or "").strip()
+    message = f"error: {error.splitlines()[-1]}" if error else ""
+    parts = [when(event.at), event.name, fields, message]
+    return "  " + "  ".join(p for p in parts if p)
 
 
 def _each(queue: str, ids: tuple[str, ...], url: str | None, prefix: str, as_json: bool,
@@ -215,9 +221,9 @@ def _pause_command(pause: bool) -> click.Command:
         with open_queue(queue, url, prefix) as q:
             require_queue(q)
             if group is None:
-                q.pause() if pause else q.resume()
+                (q.pause if pause else q.resume)()
             else:
-                q.pause_group(group) if pause else q.resume_group(group)
+                (q.pause_group if pause else q.resume_group)(group)
         click.echo(f"{verb}d {queue}" + (f" group {group}" if group else ""))
 
     command.help = (

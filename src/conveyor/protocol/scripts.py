@@ -32,12 +32,16 @@ SCRIPT_NAMES = (
     "reprioritize",
     "retry",
     "remove",
+    "rate_limited",
+    "checkpoint",
+    "defer",
     "record_metrics",
     "job_log",
     "flow_add",
     "flow_settle",
     "flow_attach",
     "flow_wait",
+    "forget",
 )
 
 _INCLUDE = "-- @include "

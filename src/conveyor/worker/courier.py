@@ -52,7 +52,8 @@ class Courier(threading.Thread):
         self._wake.set()
 
     def stop(self) -> None:
-        """Stop after the drain under way, then close the connections."""
+        """Drain once more (the hand-offs of this worker's last runs), stop,
+        then close the connections."""
         self._stopping = True
         self._wake.set()
         if self.is_alive():
@@ -62,7 +63,8 @@ class Courier(threading.Thread):
 
     def run(self) -> None:
         failures = 0
-        while not self._stopping:
+        while True:
+            stopping = self._stopping  # once asked to stop: one last drain, then out
             self._wake.clear()  # a nudge during the drain makes the wait below return at once
             try:
                 self.drain(self.interval)
@@ -73,6 +75,8 @@ class Courier(threading.Thread):
                     log.warning("carrying flow hand-offs failed (%d in a row): %s", failures, exc)
             except Exception:  # never let the thread die silently
                 log.exception("carrying flow hand-offs failed")
+            if stopping:
+                return
             self._wake.wait(self.interval)
 
     def _queue(self, name: str) -> Queue:

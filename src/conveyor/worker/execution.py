@@ -13,7 +13,13 @@ from typing import Any
 
 from conveyor import serializers
 from conveyor.client.tasks import Task
-from conveyor.errors import JobTimeoutError, NotSerializableError, PermanentError
+from conveyor.errors import (
+    JobTimeoutError,
+    NotSerializableError,
+    PermanentError,
+    RateLimited,
+    ResumeLater,
+)
 from conveyor.timeutil import delay_until_ms
 from conveyor.worker.context import JobContext, set_current
 
@@ -51,7 +57,23 @@ class Failure:
     exc: BaseException | None = None  # what the handler raised, for hooks
 
 
-Outcome = Success | Failure | None  # None: lease lost, nothing to write
+@dataclass(frozen=True, slots=True)
+class Limited:
+    """The handler raised RateLimited: back unpunished, its queue or group held."""
+
+    wait_ms: int
+    scope: str
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """The handler raised ResumeLater: back to wait, no attempt counted."""
+
+    delay_ms: int
+    checkpoint: str  # JSON, or '' to keep the saved one
+
+
+Outcome = Success | Failure | Limited | Deferred | None  # None: lease lost, nothing to write
 
 
 def describe(exc: BaseException) -> str:
@@ -71,7 +93,15 @@ def _retry_delay(exc: BaseException) -> int | None:
         return None
 
 
-def failure_of(exc: BaseException) -> Failure:
+def failure_of(exc: BaseException) -> Failure | Limited | Deferred:
+    if isinstance(exc, RateLimited):
+        return Limited(max(1, round(exc.retry_after * 1000)), exc.scope)
+    if isinstance(exc, ResumeLater):
+        try:
+            state = serializers.dumps(exc.checkpoint) if exc.saves_checkpoint else ""
+        except NotSerializableError as bad:
+            return Failure(describe(bad), True, None, bad)
+        return Deferred(round(exc.delay * 1000), state)
     permanent = isinstance(exc, PermanentError | NotSerializableError)
     return Failure(describe(exc), permanent, _retry_delay(exc), exc)
 

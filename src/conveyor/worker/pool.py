@@ -23,7 +23,7 @@ from typing import Any
 from conveyor import serializers
 from conveyor.client.aio import AsyncQueue
 from conveyor.client.tasks import Task
-from conveyor.errors import ConnectionLostError, ConveyorError
+from conveyor.errors import ConnectionLostError, ConveyorError, LeaseLostError, expired_error
 from conveyor.hooks import Hooks
 from conveyor.hooks import call as call_hooks
 from conveyor.hooks import failed as hook_failed
@@ -175,6 +175,12 @@ class JobPool:
                 data = serializers.loads(claimed.data or b"")
             except ValueError as exc:  # UnicodeDecodeError and deep nesting included
                 problem = f"UndecodableDataError: job data is not JSON: {exc}"
+        if (
+            claimed.expires_at_ms is not None
+            and now_ms is not None
+            and claimed.expires_at_ms <= now_ms
+        ):
+            problem = expired_error(claimed.expires_at_ms)  # not run: failed for good (§16.2)
         timeout_ms = claimed.timeout_ms or 0
         ctx = JobContext(
             id=claimed.id,
@@ -189,6 +195,12 @@ class JobPool:
             flows=self._flows,
             loop=self._loop,
         )
+        if claimed.checkpoint is not None:  # resume where the last run saved (§16.7)
+            try:
+                ctx.checkpoint = serializers.loads(claimed.checkpoint)
+            except ValueError as exc:
+                problem = problem or f"UndecodableCheckpointError: not JSON: {exc}"
+        ctx.report_checkpoint = self._checkpoint
         if claimed.headers:
             ctx.headers = _headers(claimed.headers)
         created = claimed.created_at_ms
@@ -345,6 +357,22 @@ class JobPool:
         if running is not None:
             running.pending.append(task)
 
+    def _checkpoint(self, ctx: JobContext, state: str) -> None:
+        """Save a handler's checkpoint: a sync handler (in a pool thread) waits
+        for the write and learns of a lost lease; an async one goes on (the
+        write lands before its outcome, which is written after it)."""
+        call = ops.checkpoint(self._queue.core.keys, job_id=ctx.id, token=ctx.token, state=state)
+        if _in_a_thread():
+            future = asyncio.run_coroutine_threadsafe(self._queue.runner.run(call), self._loop)
+            if int(future.result(timeout=self._lease)) != 1:
+                raise LeaseLostError(f"job {ctx.id}: lease lost; checkpoint not saved")
+            return
+        task = asyncio.ensure_future(self._queue.runner.run(call))
+        task.add_done_callback(log_failure)
+        running = self.held.get(ctx.id)
+        if running is not None:
+            running.pending.append(task)
+
     # --- shutdown ----------------------------------------------------------------------
 
     async def shut_down(self, *, grace: float, hard_stop: asyncio.Event) -> None:
@@ -396,3 +424,12 @@ def _headers(text: str) -> dict[str, str] | None:
 def log_failure(future: Any) -> None:
     if not future.cancelled() and future.exception() is not None:
         log.warning("a write to Redis in the background failed: %s", future.exception())
+
+
+def _in_a_thread() -> bool:
+    """True in a sync handler's pool thread (no running event loop)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return True
+    return False

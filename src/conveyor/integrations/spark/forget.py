@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
+from conveyor.client.sync import Queue
 from conveyor.errors import ConfigurationError
 
 from . import store
@@ -41,22 +42,19 @@ class ForgetWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Forgotten:
         import pyarrow as pa
 
-        keys = self.target.keys()
-        client = self.target.client()
-        exchange = store.Exchange(self.target.url, client)
+        queue = Queue(self.target.queue, client=self.target.client(),
+                      settings=self.target.settings())  # fmt: skip
         removed = kept = 0
         try:
             for batch in iterator:
                 ids = batch.column("id").to_pylist()
                 micros = batch.column("finished_at").cast(pa.int64()).to_pylist()
                 items = [(i, m // 1000) for i, m in zip(ids, micros, strict=True) if i and m]
-                for start in range(0, len(items), self.batch):
-                    part = items[start : start + self.batch]
-                    r, k = store.forget_finished(exchange, keys, part)
-                    removed, kept = removed + r, kept + k
+                r, k = store.forget_finished(queue.runner, queue.core.keys, items,
+                                             batch=self.batch)  # fmt: skip
+                removed, kept = removed + r, kept + k
         finally:
-            exchange.close()
-            client.close()
+            queue.close()
         return Forgotten(removed, kept)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ReportPaths", "report"]
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2
 _BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
 # Only the columns the report uses are read: Parquet and the Redis readers skip the rest
 # (data and result are most of a job's bytes).
@@ -164,7 +164,7 @@ def _bucket(span_s: float) -> int:
     return next((b for b in _BUCKETS if span_s / b <= 120), _BUCKETS[-1])
 
 
-_FINISHING = ("completed", "failed", "retried")
+_COUNTED = ("created", "completed", "failed", "retried")
 
 
 def _activity(timed: DataFrame) -> tuple[dict[str, int], dict[str, Any], list[dict[str, Any]]]:
@@ -197,23 +197,57 @@ def _activity(timed: DataFrame) -> tuple[dict[str, int], dict[str, Any], list[di
 
 
 def _throughput(rows: Sequence[Any]) -> dict[str, Any]:
-    """Completed / failed / retried per time bucket; at most 120 buckets."""
-    timed = [r for r in rows if r["kind"] in _FINISHING and r["second"] is not None]
+    """Created / completed / failed / retried per time bucket (at most 120), every bucket of
+    the window present: a bucket without events is zeros, not a gap to draw across."""
+    timed = [r for r in rows if r["kind"] in _COUNTED and r["second"] is not None]
     if not timed:
         return {"bucket_seconds": None, "series": []}
     lo, hi = min(r["lo"] for r in timed), max(r["hi"] for r in timed)
     size = _bucket((hi - lo) / 1e6)
-    series: dict[int, dict[str, int]] = {}
+    counts: dict[int, dict[str, int]] = {}
     for row in timed:
-        bucket = series.setdefault(int(row["second"]) // size, {})
+        bucket = counts.setdefault(int(row["second"]) // size, {})
         bucket[row["kind"]] = bucket.get(row["kind"], 0) + int(row["n"])
+    first, last = min(counts), max(counts)
     return {
         "bucket_seconds": size,
+        "window": {"from": _iso(lo / 1e6), "to": _iso(hi / 1e6)},
         "series": [
-            {"t": datetime.fromtimestamp(b * size, UTC).isoformat(), **series[b]}
-            for b in sorted(series)
+            {"t": _iso(b * size), **{k: counts.get(b, {}).get(k, 0) for k in _COUNTED}}
+            for b in range(first, last + 1)
         ],
     }
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat()
+
+
+def _latency(jobs: DataFrame, throughput: dict[str, Any]) -> list[dict[str, Any]]:
+    """Queue wait p50 / p95 of the jobs that started in each bucket of the throughput
+    window (None where none started: no wait to tell, which the chart leaves as a gap)."""
+    from pyspark.sql import functions as F
+
+    size = throughput.get("bucket_seconds")
+    series = throughput.get("series") or []
+    if not size or not series:
+        return []
+    q = F.array(F.lit(0.5), F.lit(0.95))
+    rows = (
+        jobs.where(F.col("started_at").isNotNull())
+        .groupBy(F.floor(F.unix_seconds("started_at") / size).alias("b"))
+        .agg(F.percentile_approx("wait", q, 1000).alias("wait"), F.count("*").alias("n"))
+        .collect()
+    )
+    by_bucket = {int(r["b"]): r for r in rows}
+    out = []
+    for point in series:
+        b = int(datetime.fromisoformat(point["t"]).timestamp()) // size
+        row = by_bucket.get(b)
+        wait = (row["wait"] if row else None) or [None, None]
+        out.append({"t": point["t"], "wait_p50": _round(wait[0]), "wait_p95": _round(wait[1]),
+                    "started": int(row["n"]) if row else 0})  # fmt: skip
+    return out
 
 
 def _top_errors(rows: Sequence[Any]) -> list[dict[str, Any]]:
@@ -286,6 +320,7 @@ def summarize(
     summary["throughput"] = throughput or {"bucket_seconds": None, "series": []}
     summary["top_errors"] = errors
     if jobs is not None:
+        summary["latency"] = _latency(jobs, summary["throughput"])
         jobs.unpersist()
     return summary
 

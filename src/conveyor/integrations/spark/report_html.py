@@ -1,11 +1,14 @@
-"""The report's HTML page: one self-contained file (inline CSS and SVG, no scripts)."""
+"""The report's HTML page: one self-contained file (inline CSS and SVG charts drawn by
+matplotlib, no scripts)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from html import escape
 from typing import Any
+
+from conveyor.options import PRIORITIES
 
 from .charts import bar_chart, line_chart
 
@@ -35,9 +38,11 @@ _PCT_COLUMNS = (
 )
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, column: str = "") -> str:
     if value is None:
         return "–"
+    if column.endswith("_rate") and isinstance(value, int | float):
+        return f"{value * 100:.2f} %"
     if isinstance(value, float):
         return f"{value:.3f}" if value < 100 else f"{value:,.0f}"
     if isinstance(value, int):
@@ -45,13 +50,24 @@ def _cell(value: Any) -> str:
     return escape(str(value))
 
 
+# The client's priority names (conveyor.options.PRIORITIES), shown beside the numbers.
+_PRIORITY_NAMES = {str(number): name for name, number in PRIORITIES.items()}
+
+
+def _key_label(key: str, value: Any) -> str:
+    if key == "priority" and value is not None:
+        name = _PRIORITY_NAMES.get(str(value))
+        return f"{name} ({value})" if name else str(value)
+    return "–" if value is None else str(value)
+
+
 def _table(rows: Sequence[dict[str, Any]], key: str) -> str:
     if not rows:
         return '<p class="muted">no data</p>'
     head = "".join(f"<th>{escape(label)}</th>" for _, label in _PCT_COLUMNS)
     body = "".join(
-        f"<tr><td>{_cell(r.get(key))}</td>"
-        + "".join(f"<td>{_cell(r.get(c))}</td>" for c, _ in _PCT_COLUMNS)
+        f"<tr><td>{escape(_key_label(key, r.get(key)))}</td>"
+        + "".join(f"<td>{_cell(r.get(c), c)}</td>" for c, _ in _PCT_COLUMNS)
         + "</tr>"
         for r in rows
     )
@@ -60,22 +76,57 @@ def _table(rows: Sequence[dict[str, Any]], key: str) -> str:
 
 def _percentile_chart(title: str, rows: Sequence[dict[str, Any]], key: str, what: str) -> str:
     groups = [
-        (str(r.get(key)), {p: r.get(f"{what}_{p}") for p in ("p50", "p95", "p99")})
+        (_key_label(key, r.get(key)), {p: r.get(f"{what}_{p}") for p in ("p50", "p95", "p99")})
         for r in rows[:12]
     ]
     return bar_chart(title, groups, unit="seconds")
 
 
-def _throughput_chart(throughput: dict[str, Any]) -> str:
-    series: dict[str, list[tuple[float, float]]] = {}
+def _times(points: Sequence[dict[str, Any]]) -> list[float]:
+    return [datetime.fromisoformat(p["t"]).timestamp() for p in points]
+
+
+def _activity_charts(throughput: dict[str, Any], latency: Sequence[dict[str, Any]]) -> str:
+    """Throughput, failures and retries (on their own scale: a few failures beside a peak of
+    thousands a second would lie flat on zero), backlog and queue wait over time."""
+    points = throughput.get("series") or []
     size = throughput.get("bucket_seconds") or 1
-    for point in throughput.get("series", []):
-        moment = datetime.fromisoformat(point["t"]).timestamp()
-        for kind in ("completed", "failed", "retried"):
-            series.setdefault(kind, []).append((moment, point.get(kind, 0) / size))
-    series = {k: v for k, v in series.items() if any(y for _, y in v)}
-    title = f"Throughput ({size} s buckets)"
-    return line_chart(title, series, unit="jobs / s")
+    times = _times(points)
+
+    def per_second(kind: str) -> list[float]:
+        return [p.get(kind, 0) / size for p in points]
+
+    backlog, level = [], 0
+    for p in points:
+        level += p.get("created", 0) - p.get("completed", 0) - p.get("failed", 0)
+        backlog.append(float(level))
+    charts = [
+        line_chart(f"Throughput ({size} s buckets)", times,
+                   {"completed": per_second("completed")}, unit="jobs / s"),
+        line_chart("Failures and retries", times,
+                   {"failed": per_second("failed"), "retried": per_second("retried")},
+                   unit="jobs / s"),
+    ]  # fmt: skip
+    if any(p.get("created") for p in points):
+        charts.append(line_chart(
+            "Backlog: jobs enqueued and not finished since the window began", times,
+            {"backlog": backlog}, unit="jobs"))  # fmt: skip
+    else:
+        charts.append('<p class="muted">Backlog over time needs the events stream.</p>')
+    nan = float("nan")
+    charts.append(line_chart(
+        "Queue wait over time (jobs started in each bucket)", _times(latency),
+        {"p50": [nan if x["wait_p50"] is None else x["wait_p50"] for x in latency],
+         "p95": [nan if x["wait_p95"] is None else x["wait_p95"] for x in latency]},
+        unit="seconds"))  # fmt: skip
+    return "\n".join(charts)
+
+
+def _when(iso: Any) -> str:
+    """An ISO-8601 instant as `2026-11-25 13:40:02 UTC`."""
+    if not iso:
+        return "–"
+    return datetime.fromisoformat(str(iso)).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _cards(summary: dict[str, Any]) -> str:
@@ -91,7 +142,10 @@ def _cards(summary: dict[str, Any]) -> str:
     ]
     return (
         '<div class="cards">'
-        + "".join(f'<div class="card"><b>{_cell(v)}</b>{escape(k)}</div>' for k, v in cards)
+        + "".join(
+            f'<div class="card"><b>{_cell(v, k.replace(" ", "_"))}</b>{escape(k)}</div>'
+            for k, v in cards
+        )
         + "</div>"
     )
 
@@ -113,6 +167,7 @@ def render(summary: dict[str, Any]) -> str:
     by_queue = summary.get("by_queue", [])
     by_priority = summary.get("by_priority", [])
     events = summary.get("events") or {}
+    window = summary.get("throughput", {}).get("window") or {}
     event_rows = "".join(
         f"<tr><td>{escape(k)}</td><td>{v:,}</td></tr>" for k, v in sorted(events.items())
     )
@@ -120,18 +175,19 @@ def render(summary: dict[str, Any]) -> str:
 <html lang="en"><head><meta charset="utf-8"><title>Conveyor report</title>
 <style>{_CSS}</style></head><body>
 <h1>Conveyor report</h1>
-<p class="muted">generated {escape(str(summary.get("generated_at")))} ·
+<p class="muted">generated {_when(summary.get("generated_at"))} ·
+window analysed {_when(window.get("from"))} to {_when(window.get("to"))} ·
 archive {escape(str(sources.get("archive") or "none"))} ·
 live queues {escape(", ".join(sources.get("queues", [])) or "none")}</p>
 {_cards(summary)}
-<h2>Throughput</h2>
-{_throughput_chart(summary.get("throughput", {}))}
+<h2>Activity over time</h2>
+{_activity_charts(summary.get("throughput", {}), summary.get("latency", []))}
 <h2>Queue wait and run time by queue</h2>
 {_percentile_chart("Queue wait by queue", by_queue, "queue", "wait")}
 {_percentile_chart("Run time by queue", by_queue, "queue", "run")}
 {_table(by_queue, "queue")}
 <h2>By priority</h2>
-{_percentile_chart("Queue wait by priority (0 is the highest)", by_priority, "priority", "wait")}
+{_percentile_chart("Queue wait by priority", by_priority, "priority", "wait")}
 {_table(by_priority, "priority")}
 <h2>By task</h2>
 {_table(summary.get("by_task", []), "task")}

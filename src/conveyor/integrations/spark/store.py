@@ -14,20 +14,18 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import hiredis
 import redis
 from redis import exceptions as rx
 
-from conveyor.client.cluster import is_cluster_url
-from conveyor.client.connection import wire_endpoint
-from conveyor.client.transport import translated
-from conveyor.client.wire import SyncWire
 from conveyor.job import JobState
+from conveyor.protocol import ops
 from conveyor.protocol.keys import QueueKeys
 from conveyor.protocol.ops import text
 from conveyor.protocol.record import DATA_PIECE_NAMES, FIRST_PIECE_MIN, record_data
 
 if TYPE_CHECKING:
+    from conveyor.client.transport import SyncRunner
+
     from .encode import Chunk
 
 __all__ = [
@@ -43,9 +41,12 @@ __all__ = [
 ]
 
 # State -> (index key, record key pattern). `blocked` rows are the blocked twins of
-# running singletons (same id as the active job). waiting_children has no index.
-STATES: tuple[str, ...] = ("waiting", "delayed", "active", "completed", "failed", "blocked")
-_LIVE_INDEXES = ("ready", "scheduled", "active", "completed", "failed")
+# running singletons (same id as the active job); `waiting_children` rows are flow parents
+# waiting for their children (docs/protocol.md §14).
+STATES: tuple[str, ...] = (
+    "waiting", "delayed", "active", "completed", "failed", "blocked", "waiting_children",
+)  # fmt: skip
+_LIVE_INDEXES = ("ready", "scheduled", "active", "completed", "failed", "waiting_children")
 
 
 def index_key(keys: QueueKeys, state: str) -> str:
@@ -57,6 +58,7 @@ def index_key(keys: QueueKeys, state: str) -> str:
         JobState.COMPLETED: keys.completed,
         JobState.FAILED: keys.failed,
         JobState.BLOCKED: keys.blocked,
+        JobState.WAITING_CHILDREN: keys.waiting_children,
     }[JobState(state)]
 
 
@@ -302,88 +304,21 @@ def _join_pieces(
 # --- archiving: removing finished jobs -------------------------------------------------------
 
 
-class Exchange:
-    """Pipelined commands on one connection of its own, replies in order with error
-    replies in place: the lean hiredis wire when the URL allows (about twice the speed of
-    redis-py's replies), else a redis-py connection (TLS). One connection, so that a WATCH
-    holds for the MULTI/EXEC sent after it."""
-
-    def __init__(self, url: str, client: redis.Redis) -> None:
-        # On a cluster, `client` is routed to the queue's slot: stay on it.
-        endpoint = None if is_cluster_url(url) else wire_endpoint(url)
-        self.wire = None if endpoint is None else SyncWire(endpoint)
-        self.client = client
-        self.connection: Any = None
-
-    def call_many(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
-        with translated():
-            if self.wire is not None:
-                return self.wire.call_many(commands)
-            if self.connection is None:
-                self.connection = self.client.connection_pool.get_connection()
-            packed = b"".join(hiredis.pack_command(tuple(c)) for c in commands)
-            self.connection.send_packed_command([packed], check_health=False)
-            replies: list[Any] = []
-            for _ in commands:
-                try:
-                    replies.append(self.connection.read_response())
-                except rx.ResponseError as exc:
-                    replies.append(exc)
-            return replies
-
-    def close(self) -> None:
-        if self.wire is not None:
-            self.wire.close()
-        if self.connection is not None:
-            self.connection.disconnect()
-            self.client.connection_pool.release(self.connection)
-            self.connection = None
-
-
 def forget_finished(
-    exchange: Exchange, keys: QueueKeys, items: Sequence[tuple[str, int]], *, tries: int = 8
+    runner: SyncRunner, keys: QueueKeys, items: Sequence[tuple[str, int]], *, batch: int
 ) -> tuple[int, int]:
-    """Delete finished jobs that were archived: (id, finished_at ms) pairs. A job is removed
-    only if its record is still completed or failed with that very finished_at; a job
-    re-enqueued since (a new run of the same id) is kept. Returns (removed, kept).
-
-    Optimistic, two round trips: WATCH the records and read them, then MULTI, one DEL of
-    the records and one ZREM per index, EXEC; retried when a record changed meanwhile.
-    Requested from the core: a `forget` Lua transition doing this in one call per batch
-    (see docs/spark.md).
-    """
-    job_keys = [keys.job(job_id) for job_id, _ in items]
-    reads = [("HMGET", key, "state", "finished_at") for key in job_keys]
-    for _ in range(tries):
-        replies = exchange.call_many([("WATCH", *job_keys), *reads])
-        _raise_first_error(replies)
-        doomed: list[str] = []
-        gone: dict[str, list[str]] = {"completed": [], "failed": []}
-        for (job_id, finished_ms), key, (state, finished) in zip(
-            items, job_keys, replies[1:], strict=True
-        ):
-            state_text = None if state is None else text(state)
-            if state_text in gone and finished is not None and int(finished) == finished_ms:
-                doomed.append(key)
-                gone[state_text].append(job_id)
-        if not doomed:
-            exchange.call_many([("UNWATCH",)])
-            return 0, len(items)
-        writes: list[tuple[Any, ...]] = [("MULTI",), ("DEL", *doomed)]
-        for state, index in (("completed", keys.completed), ("failed", keys.failed)):
-            if gone[state]:
-                writes.append(("ZREM", index, *gone[state]))
-        replies = exchange.call_many([*writes, ("EXEC",)])
-        _raise_first_error(replies)
-        if replies[-1] is not None:  # None: a watched record changed, nothing was done
-            return len(doomed), len(items) - len(doomed)
-    raise rx.WatchError(f"records kept changing while archiving {len(items)} jobs")
-
-
-def _raise_first_error(replies: Sequence[Any]) -> None:
-    for reply in replies:
+    """Delete finished jobs that were archived: (id, finished_at ms) pairs, `batch` per
+    `forget` call (docs/protocol.md §6.20), the calls pipelined. A job is removed only if its
+    record is still completed or failed with that very finished_at; a job re-enqueued since
+    (a new run of the same id) is kept. Returns (removed, kept)."""
+    calls = [ops.forget(keys, items[i : i + batch]) for i in range(0, len(items), batch)]
+    removed = kept = 0
+    for reply in runner.run_many(calls):
         if isinstance(reply, Exception):
             raise reply
+        r, k = ops.decode_forget(reply)
+        removed, kept = removed + r, kept + k
+    return removed, kept
 
 
 # --- events: registered consumers and trimming --------------------------------------------

@@ -12,13 +12,14 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.routing import Mount
+from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from conveyor.client.aio import AsyncQueue
 from conveyor.client.core import QueueSettings
+from conveyor.integrations.prometheus import metrics_app
 from conveyor.integrations.web import actions, pages
 from conveyor.integrations.web.access import Access, AuthHook
 from conveyor.integrations.web.formatting import FILTERS
@@ -86,6 +87,18 @@ class Queues:
             made.clear()
 
 
+class QueueMetrics:
+    """`/metrics`: the shown queues' state in Prometheus's text format, read at
+    each scrape through conveyor.integrations.prometheus (behind the same access)."""
+
+    def __init__(self, queues: Queues) -> None:
+        self.queues = queues
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        shown = [self.queues.get(name) for name in await self.queues.names()]
+        await metrics_app(shown)(dict(scope), receive, send)
+
+
 def with_dashboard(app: ASGIApp, prefix: str, dashboard: ASGIApp) -> ASGIApp:
     """`app` with the dashboard answering under `prefix`: for ASGI apps that
     cannot mount another (Django's `get_asgi_application()`)."""
@@ -123,6 +136,7 @@ def dashboard_app(settings: DashboardSettings | None = None) -> Starlette:
         routes=[
             *pages.routes(),
             *actions.routes(),
+            Route("/metrics", QueueMetrics(queues), name="metrics"),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],
         middleware=[
