@@ -41,6 +41,7 @@ MODULES = (
     "cluster",
     "flows",
     "soak",
+    "execution",
     "round2",
     "semantics",
 )

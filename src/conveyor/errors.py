@@ -22,6 +22,8 @@ ConveyorError
 ├── WaitTimeoutError (also TimeoutError)    wait_result(): no outcome within the timeout
 ├── LeaseLostError                          a worker's write was refused (fencing)
 ├── JobTimeoutError (also TimeoutError)     a handler ran past its timeout
+├── ProcessDiedError                        the child process running a job died
+├── AbortedError                            a running job was aborted (Queue.abort)
 ├── PermanentError                          raised by a handler: fail now, never retry
 ├── RateLimited                             raised by a handler: an external limit; back unpunished
 └── ResumeLater                             raised by a handler: back to delayed, no attempt counted
@@ -133,6 +135,17 @@ class LeaseLostError(ConveyorError):
 
 class JobTimeoutError(ConveyorError, TimeoutError):
     pass
+
+
+class ProcessDiedError(ConveyorError):
+    """The child process that ran a job (process execution) died while it
+    ran: killed, crashed, `os._exit`, out of memory. The job is retried by
+    its policy; the worker replaced the child."""
+
+
+class AbortedError(ConveyorError):
+    """A client aborted the job while it ran (`Queue.abort`): its worker
+    stopped the handler and failed the run for good, without retries."""
 
 
 class PermanentError(ConveyorError):

@@ -88,6 +88,7 @@ def sample_call(name: str) -> ops.Call:
         "release": ops.release(keys, [], events_maxlen=10),
         "await": ops.await_job(keys, "id"),
         "cancel": ops.cancel(keys, "id", events_maxlen=10),
+        "abort": ops.abort(keys, "id", events_maxlen=10),
         "limits": ops.limits(keys, "group", group="g", concurrency=1),
         "schedule": schedules.schedule(
             keys, "s", first_tick_ms=1, cron=None, every_ms=1000, template=spec, events_maxlen=10

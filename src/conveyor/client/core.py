@@ -487,6 +487,9 @@ class QueueCore:
             self.keys, check_job_id(job_id), events_maxlen=self.settings.events_maxlen
         )
 
+    def abort_call(self, job_id: str) -> ops.Call:
+        return ops.abort(self.keys, check_job_id(job_id), events_maxlen=self.settings.events_maxlen)
+
     def await_call(self, job_id: str) -> ops.Call:
         return ops.await_job(self.keys, check_job_id(job_id))
 

@@ -258,6 +258,16 @@ class Queue:
         """Remove a waiting or delayed job (or a blocked twin); True if one was."""
         return int(self._runner.run(self.core.cancel_call(job_id))) == 1
 
+    def abort(self, job_id: str) -> str:
+        """Stop a job wherever it is. Not started yet (waiting, delayed): it is
+        cancelled, as `cancel` does ('cancelled'). Running: its worker is told
+        through Redis, stops the handler (cancels the task, terminates the
+        child process, or sets `current_job().cancelled` for a thread) and fails
+        the run for good with AbortedError, telling its waiters ('aborting').
+        Else 'finished' (completed or failed already), 'refused' (a state that
+        cannot be aborted) or 'missing' (no such job)."""
+        return ops.text(self._runner.run(self.core.abort_call(job_id)))
+
     def schedule(
         self,
         schedule_id: str,

@@ -446,7 +446,25 @@ def heartbeat(
 
 def decode_heartbeat(reply: Sequence[Any]) -> list[str]:
     """The ids whose lease was lost."""
-    return [text(x) for x in reply[1:]]
+    return split_heartbeat(reply)[0]
+
+
+def split_heartbeat(reply: Sequence[Any]) -> tuple[list[str], list[str]]:
+    """(ids whose lease was lost, ids held and asked to abort): the second
+    list follows an empty entry (job ids are never empty)."""
+    ids = [text(x) for x in reply[1:]]
+    if "" not in ids:
+        return ids, []
+    cut = ids.index("")
+    return ids[:cut], ids[cut + 1 :]
+
+
+def abort(keys: QueueKeys, job_id: str, *, events_maxlen: int) -> Call:
+    return Call(
+        "abort",
+        (keys.base, keys.ready, keys.scheduled, keys.blocked, keys.events),
+        (job_id, events_maxlen),
+    )
 
 
 def progress(keys: QueueKeys, *, job_id: str, token: str, value: float, events_maxlen: int) -> Call:

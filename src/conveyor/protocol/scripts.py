@@ -24,6 +24,7 @@ SCRIPT_NAMES = (
     "release",
     "await",
     "cancel",
+    "abort",
     "limits",
     "schedule",
     "schedule_next",

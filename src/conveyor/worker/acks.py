@@ -13,11 +13,11 @@ from conveyor.client.core import QueueCore
 from conveyor.client.transport import AsyncRunner
 from conveyor.errors import ConnectionLostError
 from conveyor.protocol import ops
-from conveyor.worker.execution import Deferred, Failure, Limited, Success
+from conveyor.worker.execution import Deferred, Ended, Failure, Limited, Success
 
 log = logging.getLogger("conveyor.worker")
 
-Outcome = tuple[str, str, Success | Failure | Limited | Deferred]  # id, token, outcome
+Outcome = tuple[str, str, Ended]  # id, token, outcome
 
 
 class AckBuffer:
@@ -38,7 +38,7 @@ class AckBuffer:
         self._idle = asyncio.Event()
         self._idle.set()
 
-    def add(self, job_id: str, token: str, outcome: Success | Failure | Limited | Deferred) -> None:
+    def add(self, job_id: str, token: str, outcome: Ended) -> None:
         self._pending.append((job_id, token, outcome))
         self._idle.clear()
         self._wake.set()

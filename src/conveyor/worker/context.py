@@ -6,6 +6,8 @@ def resize(data):
     job = current_job()
     job.progress(3, 10)     # or job.progress(0.3)
     job.log("resized 3 of 10")  # the job's own log
+    if job.cancelled:       # timed out, aborted, lease lost: stop early
+        return
 """
 
 from __future__ import annotations
@@ -56,6 +58,11 @@ class JobContext:
     worker_id: str
     report_progress: Callable[[JobContext, float], None] = field(repr=False)
     lost: bool = False
+    # Set when the run is to stop: its timeout passed, its lease was lost, it
+    # was aborted, or the worker stops. Async handlers are cancelled and
+    # process handlers terminated as well; a sync handler on a thread cannot
+    # be stopped from outside, so a long one should check this flag and return.
+    cancelled: bool = False
     waited: float | None = None  # s from enqueue to start, first attempts; set for hooks
     report_log: Callable[[JobContext, list[str]], None] | None = field(default=None, repr=False)
     headers: dict[str, str] | None = None  # given at enqueue (trace context, say)

@@ -40,6 +40,8 @@ from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.metrics import MetricsRecorder
 from conveyor.worker.pipelines import drive_pipeline
 from conveyor.worker.pool import JobPool, log_failure
+from conveyor.worker.processes import PoolSettings
+from conveyor.worker.tuning import AutoConcurrency, Controller
 from conveyor.worker.waiting import Blocker, advance
 
 log = logging.getLogger("conveyor.worker")
@@ -58,12 +60,40 @@ class WorkerSettings:
     metrics: bool = True  # keep the queue's metrics history (conveyor.metrics)
     idle_wait: float = 5.0  # longest single block on Redis when idle; burst's horizon
     promote_batch: int = 1000
+    # process execution (README, "Execution"): where sync handlers without an
+    # executor of their own run ("thread" or "process"), and the child pool
+    executor: str = "thread"
+    processes: int | None = None  # children; default: the CPU count
+    max_tasks_per_child: int | None = None  # recycle a child after this many jobs
+    max_memory_per_child: int | None = None  # bytes: recycle after a job took its RSS past it
+
+    # --concurrency auto (worker/tuning.py): the limit follows the CPU, from
+    # min_concurrency up to max_concurrency (default: the larger of
+    # `concurrency` and 4 per CPU)
+    auto_concurrency: bool = False
+    min_concurrency: int = 1
+    max_concurrency: int | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ConfigurationError("concurrency must be at least 1")
+        if not 1 <= self.min_concurrency <= self.most_concurrency:
+            raise ConfigurationError("need 1 <= min_concurrency <= max_concurrency")
+        if self.executor not in ("thread", "process"):
+            raise ConfigurationError("executor must be 'thread' or 'process'")
+        for name in ("processes", "max_tasks_per_child", "max_memory_per_child"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigurationError(f"{name} must be at least 1")
         if self.lease < 0.2:
             raise ConfigurationError("lease must be at least 0.2 s")
+
+    @property
+    def most_concurrency(self) -> int:
+        """The most jobs this worker ever runs at once."""
+        if not self.auto_concurrency:
+            return self.concurrency
+        return self.max_concurrency or max(self.concurrency, 4 * (os.cpu_count() or 1))
 
     @property
     def beat_every(self) -> float:
@@ -94,6 +124,8 @@ class Worker:
         self._wait_task: asyncio.Task[Any] | None = None
         self._wake_task: asyncio.Future[None] | None = None
         self._suspect: str | None = None  # a job that stalled before, running here
+        self._auto = self._auto_concurrency()
+        self._largest = max([1, *(t.size for t in self.handlers.values())])
         self._side_tasks: set[asyncio.Future[Any]] = set()
 
     # --- public ----------------------------------------------------------------
@@ -163,10 +195,12 @@ class Worker:
             queue,
             worker_id=self.id,
             handlers=self.handlers,
-            concurrency=self.settings.concurrency,
+            concurrency=self.settings.most_concurrency,
             lease=self.settings.lease,
             freed=self._slot_freed,
             hooks=hooks,
+            processes=self._pool_settings(),
+            capacity=self._capacity,
             on_handed_off=None if courier is None else courier.nudge,
         )
         self._jobs = jobs
@@ -201,6 +235,22 @@ class Worker:
             call_hooks(hooks.worker_stop, self.id, queue.name)
 
     # --- set-up ------------------------------------------------------------------
+
+    def _auto_concurrency(self) -> AutoConcurrency | None:
+        s = self.settings
+        if not s.auto_concurrency:
+            return None
+        controller = Controller(low=s.min_concurrency, high=s.most_concurrency)
+        return AutoConcurrency(controller, lambda: self._in_flight)
+
+    def _pool_settings(self) -> PoolSettings:
+        s = self.settings
+        return PoolSettings(
+            size=s.processes or os.cpu_count() or 1,
+            max_tasks_per_child=s.max_tasks_per_child,
+            max_memory_per_child=s.max_memory_per_child,
+            runs_sync=s.executor == "process",
+        )
 
     async def _connect(self, queue: AsyncQueue) -> None:
         delay = 0.1
@@ -245,6 +295,7 @@ class Worker:
             info=self._info,
             leases=jobs.leases,
             on_lost=lambda ids: _call_soon(loop, jobs.lose, ids),
+            on_aborted=lambda ids: _call_soon(loop, jobs.abort, ids),
             on_reaped=(
                 (lambda r, f: call_hooks(stalled, recovered=r, failed=f)) if stalled else None
             ),
@@ -257,7 +308,7 @@ class Worker:
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
                 "queue": self.tasks.queue_name,
-                "concurrency": self.settings.concurrency,
+                "concurrency": self._capacity(),
                 "started_at": self._started,
                 "beat_at": time.time(),  # this heartbeat's, for the roll call's readers
                 "tasks": sorted(n for n in self.handlers if n != PIPELINE_TASK),
@@ -285,8 +336,17 @@ class Worker:
     # --- the main loop -------------------------------------------------------------
 
     async def _serve(self, jobs: JobPool) -> None:
+        await jobs.open()
         jobs.start(self._died)
-        await self._claim_loop()
+        tuner = None
+        if self._auto is not None:
+            tuner = asyncio.create_task(self._auto.run())
+            tuner.add_done_callback(log_failure)
+        try:
+            await self._claim_loop()
+        finally:
+            if tuner is not None:
+                tuner.cancel()
         await jobs.shut_down(grace=self.settings.grace, hard_stop=self._hard_stop)
 
     @property
@@ -305,21 +365,23 @@ class Worker:
         self.stop()
 
     async def _claim_loop(self) -> None:
-        concurrency = self.settings.concurrency
-        low_water = max(1, concurrency // 2)
         delay = 0.05
         while not self._stopping:
             if self._suspect is not None:  # it runs alone: no claims beside it
                 await self._until_idle()
                 continue
-            free = concurrency - self._in_flight
+            concurrency = self._capacity()
+            low_water = max(1, concurrency // 2)
+            free = concurrency - self._load
             if free < low_water and self._in_flight:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
             try:
-                reply = await self._claim(free)
+                reply = await self._claim(self._claim_count(free))
                 delay = 0.05
+                if self._auto is not None:
+                    self._auto.saw(self._in_flight)
             except (ConveyorError, redis.RedisError) as exc:
                 # never exit on a failed claim: Redis may be back, or the
                 # script refused one bad record and the next call goes on
@@ -347,6 +409,20 @@ class Worker:
                 await self._until_one_ends()
                 continue
             await self._wait_for_work(reply)
+
+    @property
+    def _load(self) -> int:
+        """The capacity taken by held jobs (units of task size)."""
+        return 0 if self._jobs is None else self._jobs.load
+
+    def _claim_count(self, free: int) -> int:
+        """Jobs to claim for `free` units: as many as fit if all were of
+        the largest size (so a claim overshoots by one job at most)."""
+        return max(1, free // self._largest)
+
+    def _capacity(self) -> int:
+        """How many jobs (units of task size) may run here now."""
+        return self.settings.concurrency if self._auto is None else self._auto.limit
 
     async def _until_idle(self) -> None:
         """Wait until no job runs here (or the worker stops)."""
@@ -435,14 +511,26 @@ class Worker:
         restart, say) is simply left to the next claim of the loop."""
         keys = self._queue.core.keys
         pop = (keys.marker, keys.wake(self.id), timeout)
-        call = self._claim_call(max(1, self.settings.concurrency - self._in_flight))
+        call = self._claim_call(self._claim_count(self._capacity() - self._load))
         script = self._queue.core.scripts["claim"]
         replies = await self._blocker.bzpopmin_then(pop, script.sha, call)
         if replies is None:
-            return await self._blocker.bzpopmin(*pop)
-        if not isinstance(replies[1], Exception):
-            self._claimed(call, replies[1])
-        return replies[0]
+            popped = await self._blocker.bzpopmin(*pop)
+        else:
+            popped = replies[0]
+            if not isinstance(replies[1], Exception):
+                self._claimed(call, replies[1])
+        self._woken(popped)
+        return popped
+
+    def _woken(self, popped: Any) -> None:
+        """What woke us: `abort=<id>` on our wake key is a client's abort
+        of a job we hold (abort.lua); anything else only ends the wait."""
+        if not popped or isinstance(popped, Exception) or self._jobs is None:
+            return
+        member = ops.text(popped[1])
+        if member.startswith("abort="):
+            self._jobs.abort([member.removeprefix("abort=")])
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
