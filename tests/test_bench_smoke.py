@@ -11,10 +11,15 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import socket
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
+
+from conveyor.integrations.redis_server import RedisProcess
 
 # bench/ lives at the repository root, next to tests/ (not an installed package)
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,3 +157,49 @@ def test_a_thread_pool_peer_counts_with_its_defaults_in_the_equal_concurrency_ra
     assert per_rep == [2.5, 3.0]
     assert fastest == ["huey", "taskiq@0.12"]
     assert ratio == 2.75
+
+
+def _reply_delays(port: int, pings: int, every: float) -> list[float]:
+    """Send PINGs `every` seconds apart on one connection; each one's reply time."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.settimeout(10)
+    arrived: list[float] = []
+
+    def read() -> None:
+        got = b""
+        while len(arrived) < pings:
+            chunk = sock.recv(4096)
+            now = time.monotonic()
+            got += chunk
+            arrived.extend([now] * (got.count(b"+PONG\r\n") - len(arrived)))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    sent = []
+    for _ in range(pings):
+        sent.append(time.monotonic())
+        sock.sendall(b"PING\r\n")
+        time.sleep(every)
+    reader.join(20)
+    sock.close()
+    return sorted(a - s for a, s in zip(arrived, sent, strict=True))
+
+
+def test_the_network_proxy_delays_every_chunk_by_the_delay_and_no_more(
+    redis_server: RedisProcess,
+) -> None:
+    """A delay line: each PING's reply comes back 2 x 100 ms after it left. A proxy that
+    sleeps before forwarding each chunk it reads (chaos/proxy.py's latency fault) makes a
+    chunk that arrives during that sleep wait for it to end first: longer on the median
+    (medians 252 ms against 203 here, 2026-11-25)."""
+    from bench.netproxy import DelayProxy
+
+    assert redis_server.port is not None
+    proxy = DelayProxy(redis_server.port, 0.100).start()
+    try:
+        delays = _reply_delays(proxy.port, 40, 0.010)
+    finally:
+        proxy.stop()
+    median = delays[len(delays) // 2]
+    assert delays[0] >= 0.200, delays
+    assert median < 0.230, delays
