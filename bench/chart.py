@@ -13,6 +13,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from bench.systems import ASYNC_CAPABLE
+
 PANELS = (
     ("enqueue_single", "jobs_per_s", "enqueue one at a time, jobs/s"),
     ("enqueue_bulk", "jobs_per_s", "bulk enqueue, jobs/s"),
@@ -28,12 +30,16 @@ SUBJECT = "conveyor"
 
 
 def series(doc: dict[str, Any], scenario: str, key: str) -> list[tuple[str, float, float | None]]:
-    """(label, value, second value) per system, best first."""
+    """(label, value, second value) per system, best first. In the equal-concurrency panels
+    a thread-pool peer shows its defaults' figure, as in the ratios."""
     rows = []
     for rec in doc["records"]:
         if rec["scenario"] == scenario and rec.get(key) is not None:
             second = rec.get("p99_ms") if scenario.startswith("latency") else None
             rows.append((rec["system"], float(rec[key]), second))
+        stands_in = scenario.endswith("_c100") and rec["scenario"] == scenario[: -len("_c100")]
+        if stands_in and rec["system"] not in ASYNC_CAPABLE and rec.get(key) is not None:
+            rows.append((f"{rec['system']} (defaults)", float(rec[key]), None))
         async_row = scenario == "enqueue_single" and rec["scenario"] == "enqueue_single_async"
         if async_row and rec["system"] == SUBJECT and rec.get(key) is not None:
             rows.append((f"{SUBJECT} (async)", float(rec[key]), None))
