@@ -205,3 +205,27 @@ async def test_metrics_for_prometheus_behind_the_same_access(
     assert f'conveyor_queue_jobs{{queue="{queue_name}",state="waiting"}} 1.0' in lines
     assert f'conveyor_queue_jobs{{queue="{queue_name}",state="delayed"}} 1.0' in lines
     assert f'conveyor_queue_live_workers{{queue="{queue_name}"}} 0.0' in lines
+
+
+async def test_a_flow_nodes_page_shows_its_parent_and_a_page_of_children(
+    make: Any, redis_url: str, queue_name: str
+) -> None:
+    from conveyor.client.flows import FlowJob
+
+    other = f"{queue_name}-b"
+    children = [FlowJob(task="part", data=n, options={"id": f"c{n}"}) for n in range(3)]
+    children.append(FlowJob(task="far", queue=other, on_fail="ignore", options={"id": "x"}))
+    with Queue(queue_name, url=redis_url) as q:
+        q.enqueue_flow(FlowJob(task="sum", options={"id": "root"}, children=children))
+    app = make(DashboardSettings(url=redis_url, queues=(queue_name, other), page_size=2))
+    async with _client(app) as client:
+        page = (await client.get(f"/queues/{queue_name}/job?id=root")).text
+        assert "4 children: 4 pending, 0 done, 0 failed, 0 ignored" in page
+        assert f"{queue_name}/c0" in page and f"{queue_name}/c1" in page
+        assert f"{queue_name}/c2" not in page and "next 2 children" in page
+        second = (await client.get(f"/queues/{queue_name}/job?id=root&children=2")).text
+        assert f"{queue_name}/c2" in second and f"{other}/x" in second
+        listed = (await client.get(f"/queues/{queue_name}/jobs/waiting_children")).text
+        assert "root" in listed
+        child = (await client.get(f"/queues/{other}/job?id=x")).text
+        assert f"{queue_name}/root" in child and "if this job fails: <b>ignore</b>" in child

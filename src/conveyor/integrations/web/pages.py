@@ -16,12 +16,13 @@ from conveyor.client.inspect import QueueOverview
 from conveyor.errors import ValidationError
 from conveyor.integrations.web.access import csrf_token, remember_csrf
 from conveyor.job import FINISHED_STATES as FINISHED
-from conveyor.job import JobState
+from conveyor.job import Job, JobState
+from conveyor.protocol.flows import split_reference
 
 # The states listed page by page, in the order of a job's life.
 LISTED = (
     JobState.WAITING, JobState.DELAYED, JobState.ACTIVE, JobState.COMPLETED, JobState.FAILED,
-    JobState.BLOCKED,
+    JobState.BLOCKED, JobState.WAITING_CHILDREN,
 )  # fmt: skip
 
 
@@ -147,9 +148,23 @@ async def job_page(request: Request) -> Response:
         raise HTTPException(404, str(exc)) from exc
     if job is None:
         raise HTTPException(404, f"no job {job_id!r} in {queue.name!r} (finished jobs expire)")
+    flow = await _flow(request, queue, job)
     return render(
-        request, "job.html", queue=seen, job=job, events=events, log=log, states=LISTED
-    )
+        request, "job.html", queue=seen, job=job, events=events, log=log, states=LISTED,
+        flow=flow,
+    )  # fmt: skip
+
+
+async def _flow(request: Request, queue: AsyncQueue, job: Job) -> dict[str, Any] | None:
+    """A flow node's parent, child counts and one page of children (docs/protocol.md §14)."""
+    if job.parent is None and not job.children:
+        return None
+    page = max(1, _int(request.query_params.get("children"), 1))
+    size = request.app.state.settings.page_size
+    node = await queue.flow(job.id, offset=(page - 1) * size, limit=size)
+    parent = split_reference(job.parent) if job.parent else None
+    children = [(split_reference(c.ref), c) for c in node.children]
+    return {"node": node, "parent": parent, "children": children, "page": page, "size": size}
 
 
 async def workers_page(request: Request) -> Response:
