@@ -129,6 +129,48 @@ def test_an_idle_worker_blocks_on_all_its_queues_and_wakes_on_any(
     assert time.monotonic() - started < 10
 
 
+def test_a_wake_taken_for_a_queue_not_claimed_from_is_handed_on(
+    redis_url: str, queue_name: str, worker_runner: WorkerRunner, redis_client: Any
+) -> None:
+    """The multi-queue worker takes `high`'s marker but claims `low` (first in
+    its strict order) with its only slot: the single-queue worker of `high`,
+    blocked behind it, must be woken for the `high` job, not sit out its wait."""
+    low_tasks = Tasks(f"{queue_name}-low", url=redis_url)
+    high_tasks = Tasks(f"{queue_name}-high", url=redis_url)
+    release = threading.Event()
+    ran: list[str] = []
+
+    @low_tasks.task
+    def slow(data: int) -> None:
+        ran.append("low")
+        release.wait(30)
+
+    @high_tasks.task
+    async def quick(data: int) -> None:
+        ran.append("high")
+
+    def blocked() -> int:
+        return int(redis_client.info("clients")["blocked_clients"])
+
+    with (
+        Queue(low_tasks.queue_name, url=redis_url) as low,
+        Queue(high_tasks.queue_name, url=redis_url) as high,
+    ):
+        before = blocked()
+        low.pause()
+        low.enqueue("slow", 1)
+        worker_runner.start([low_tasks, high_tasks], concurrency=1)  # idle_wait 30 s
+        wait_until(lambda: blocked() == before + 1 and not redis_client.zcard(low.core.keys.marker))
+        redis_client.hdel(low.core.keys.meta, "paused")  # low has a job now, and no marker
+        worker_runner.start(high_tasks, concurrency=1)  # blocks after the first: served second
+        wait_until(lambda: blocked() == before + 2)
+        try:
+            high.enqueue("quick", 1)  # its marker goes to the first worker, which claims low
+            wait_until(lambda: "low" in ran and "high" in ran, timeout=10)
+        finally:
+            release.set()
+
+
 def test_a_task_runs_only_on_the_queue_it_is_registered_on(
     three: Three, worker_runner: WorkerRunner
 ) -> None:

@@ -94,11 +94,12 @@ class Worker:
         self._extra_hooks = Hooks(hooks).hooks  # besides those of tasks.settings
         self.url = resolve_url(url or next((t.url for t in self.queues if t.url), None))
         check_queues(self.queues, self.settings.weights, self.url)
-        self.tasks = self.queues[0]
+        self.tasks = self.queues[0]  # the first (or only) queue's
         self.id = f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
         self._started = time.time()
         self._lanes: list[Lane] = []
         self._order = ClaimOrder(len(self.queues), self.settings.weights)
+        self._woken_by: int | None = None  # the lane whose marker ended the last wait
         self._stopping = False
         self._hard_stop = asyncio.Event()
         self._slot_freed = asyncio.Event()
@@ -420,16 +421,29 @@ class Worker:
         has jobs (one claim call per queue tried: an empty queue ahead in
         the order costs one call per batch)."""
         turn = self._order.turn()
+        woken, self._woken_by = self._woken_by, None
         empty: list[ops.ClaimReply] = []
         for tried, index in enumerate(turn):
             reply = await self._claim(count, self._lanes[index])
             if reply.jobs:
                 self._order.claimed(index, len(reply.jobs), turn[:tried])
-                return reply
-            if reply.held and self._in_flight:
-                return reply  # a suspect ahead waits for this worker to be idle
-            empty.append(reply)
+            elif not (reply.held and self._in_flight):  # held: a suspect ahead waits for
+                empty.append(reply)  # this worker to be idle, so no later queue
+                continue
+            if woken is not None and woken not in turn[: tried + 1]:
+                await self._hand_on_wake(self._lanes[woken])
+            return reply
         return merge_replies(empty)
+
+    async def _hand_on_wake(self, lane: Lane) -> None:
+        """Our wait took this queue's marker, but the claims went to a queue
+        before it: set the marker again, so another idle worker of the queue
+        wakes for the work that set it (claim.lua would have, had we claimed
+        there), rather than it waiting for a slot of ours."""
+        try:
+            await lane.queue.client.zadd(lane.queue.core.keys.marker, {"0": 0})
+        except redis.RedisError:  # the next claim of any worker of the queue finds the job
+            log.debug("could not hand on the wake marker of %s", lane.queue.name)
 
     def _claimed(self, lane: Lane, call: ops.Call, raw: Any) -> ops.ClaimReply:
         """Take in the jobs a claim leased."""
@@ -499,8 +513,13 @@ class Worker:
         no claim behind it: the claim loop's order, not the queue that woke
         us, decides where the next claim goes."""
         every = [lane.queue.core.keys for lane in self._lanes]
+        markers = [k.marker for k in every]
         wakes = [k.wake(self.id) for k in every]
-        return await self._blocker.bzpopmin(*(k.marker for k in every), *wakes, timeout)
+        popped = await self._blocker.bzpopmin(*markers, *wakes, timeout)
+        if popped:  # [key, member, score]; nothing on a timeout
+            key = ops.text(popped[0])
+            self._woken_by = markers.index(key) if key in markers else None
+        return popped
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
