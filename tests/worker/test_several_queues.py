@@ -106,8 +106,8 @@ def test_an_idle_worker_blocks_on_all_its_queues_and_wakes_on_any(
     three: Three, worker_runner: WorkerRunner, redis_client: Any
 ) -> None:
     handle = worker_runner.start(three.tasks, concurrency=2)  # idle_wait 30 s
-    wait_until(lambda: three.queues[2].workers())
-    time.sleep(0.3)
+    wait_until(lambda: all(q.workers() for q in three.queues))  # every first beat done
+    time.sleep(0.5)
 
     def script_calls() -> int:
         stats = redis_client.info("commandstats")
