@@ -19,6 +19,7 @@ A job's data says what its handler does (every key optional):
     retry_in   on the first attempt raise with ``retry_at = time.time() + retry_in``
                (the worker's own, possibly skewed, clock)
     result_kb  return a result of about this many KiB
+    hold_mb    (work_process) take this many MiB of resident memory for a moment
     eat_mb     allocate (and touch) memory, 8 MiB every 20 ms, up to this many MiB, expecting
                to be killed for it on the way (scenario 22's OOM killer); at the cap it
                raises, so a kill that never came shows as a failure
@@ -143,6 +144,22 @@ def work_sync(data: Any) -> dict[str, Any]:
     if spec.get("die_after"):
         time.sleep(float(spec["die_after"]))
         _die()
+    if spec.get("cpu"):
+        _burn(float(spec["cpu"]))
+    if sleep:
+        time.sleep(sleep)
+    return _finish(spec)
+
+
+@tasks.task(executor="process")
+def work_process(data: Any) -> dict[str, Any]:
+    """work_sync in a child process of the worker (process execution)."""
+    spec, sleep = _plan(data)
+    if spec.get("hold_mb"):
+        block = bytearray(int(spec["hold_mb"]) << 20)
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+        del block
     if spec.get("cpu"):
         _burn(float(spec["cpu"]))
     if sleep:

@@ -107,8 +107,10 @@ class WorkerPool:
         env: dict[str, str] | None = None,
         faketime: Sequence[str | None] | str | None = None,
         target: str = "chaos.app:tasks",
+        args: Sequence[str] = (),
     ) -> None:
         self.scene = scene
+        self.args = list(args)  # more `conveyor worker` options
         self.url = url
         self.count = count
         self.queue = queue
@@ -150,6 +152,7 @@ class WorkerPool:
             "--concurrency", str(self.concurrency),
             "--lease", str(self.lease),
             "--grace", str(self.grace),
+            *self.args,
         ]  # fmt: skip
 
     def start(self, index: int | None = None) -> None:

@@ -8,10 +8,12 @@ connections and interpreters, not threads of one process sharing a GIL.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import queue as queue_module
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,10 +75,13 @@ def race(
     rounds: int = 1,
     ledger_path: str | None = None,
     timeout: float = 120.0,
+    before: Callable[[], object] | None = None,
 ) -> Race:
     """`producers` processes each enqueue every id of `ids`, `rounds` times, all starting at
-    once; every acknowledged call is written to the ledger when `ledger_path` is given."""
-    barrier = _FORK.Barrier(producers)
+    once; every acknowledged call is written to the ledger when `ledger_path` is given.
+    `before` runs once every racer is connected and waiting, right before they are let go
+    (forking and connecting 50 processes takes seconds on a busy machine)."""
+    barrier = _FORK.Barrier(producers + 1)  # the last party is this process
     out = _FORK.Queue()
     procs = [
         _FORK.Process(
@@ -86,6 +91,14 @@ def race(
     ]
     for proc in procs:
         proc.start()
+    if before is not None:
+        barrier_ready = _wait_parties(barrier, producers, timeout)
+        before()
+        if not barrier_ready:
+            barrier.abort()
+    # a racer that never arrived breaks the barrier: it reports no outcome, the others go on
+    with contextlib.suppress(threading.BrokenBarrierError):
+        barrier.wait(timeout)
     outcomes: list[str] = []
     racers = 0
     for _ in range(producers):
@@ -100,6 +113,18 @@ def race(
             proc.kill()
             proc.join(5)
     return Race(outcomes, racers)
+
+
+def _wait_parties(barrier: Any, parties: int, timeout: float) -> bool:
+    """Until `parties` processes wait at `barrier` (bounded polling of its count)."""
+    deadline = time.monotonic() + timeout
+    for _ in range(int(timeout / 0.01) + 1):
+        if barrier.n_waiting >= parties:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return False
 
 
 def overlaps(starts: Sequence[Entry], finishes: Sequence[Entry], kills: Sequence[Entry]) -> int:

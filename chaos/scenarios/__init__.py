@@ -41,7 +41,9 @@ MODULES = (
     "cluster",
     "flows",
     "soak",
+    "execution",
     "round2",
+    "semantics",
 )
 
 

@@ -157,23 +157,23 @@ def _kill_inside_enqueue_many(url: str, prefix: str, count: int, delay: float) -
     """A producer process sends `count` jobs in one enqueue_many; SIGKILL it `delay` s after
     it starts sending. True when it was still sending (it never printed "done")."""
     env = {**os.environ, "CHAOS_URL": url, "CHAOS_QUEUE": "chaos", "PYTHONPATH": str(ROOT)}
-    child = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-c", _CHILD, prefix, str(count)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-    assert child.stdout is not None
-    try:
-        line = child.stdout.readline()  # "go": the send starts now
-        if line.strip() != b"go":
-            return False
-        time.sleep(delay)
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait(10)
-        return child.stdout.read().strip() != b"done"
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(5)
+    ) as child:  # fmt: skip
+        assert child.stdout is not None
+        try:
+            line = child.stdout.readline()  # "go": the send starts now
+            if line.strip() != b"go":
+                return False
+            time.sleep(delay)
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait(10)
+            return child.stdout.read().strip() != b"done"
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait(5)
 
 
 @scenario(

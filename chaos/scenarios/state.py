@@ -291,13 +291,20 @@ def same_id(
         )
     # 3. the race while the job runs: the re-enqueues collapse into one follow-up run
     producer = scene.producer(url, queue=queue)
-    producer.send_until_acked([Enqueue("busy", "work", {"s": 4.0})], 10)  # outlasts the forks
-    running = wait_until(
-        lambda: any(e.kind == "start" and e.id == "busy" for e in ledger.read(scene.ledger_path)),
-        10,
-    )
-    r.check("busy: running", running)
-    outcomes = Counter(race(url, queue, producers, ["busy"], {"s": 0.05}).outcomes)
+    running: list[bool] = []
+
+    def start_busy() -> None:
+        """Once every racer waits at the barrier: start `busy` and wait until it runs."""
+        producer.send_until_acked([Enqueue("busy", "work", {"s": 6.0})], 10)
+        running.append(wait_until(
+            lambda: any(e.kind == "start" and e.id == "busy"
+                        for e in ledger.read(scene.ledger_path)),
+            10,
+        ))  # fmt: skip
+
+    got = race(url, queue, producers, ["busy"], {"s": 0.05}, before=start_busy)
+    r.check("busy: running when the racers were let go", running == [True], running)
+    outcomes = Counter(got.outcomes)
     r.check(
         f"busy: {producers} re-enqueues while it runs are all held as a blocked twin",
         outcomes == Counter({"blocked": producers}),

@@ -7,13 +7,14 @@ from conveyor.client.events import Event
 from conveyor.client.flows import ChildrenCounts, ChildrenResults, FlowEnqueued, FlowJob, FlowNode
 from conveyor.client.pipelines import Step
 from conveyor.client.tasks import Task, Tasks
-from conveyor.errors import ConveyorError, PermanentError
+from conveyor.errors import ConveyorError, PermanentError, RateLimited, ResumeLater
 from conveyor.hooks import Hook, RunningJob
-from conveyor.job import Job, JobState
+from conveyor.job import AttemptError, Job, JobState
 from conveyor.options import JobDefaults
 
 __all__ = [
     "AsyncQueue",
+    "AttemptError",
     "ChildrenCounts",
     "ChildrenResults",
     "ConveyorError",
@@ -30,6 +31,8 @@ __all__ = [
     "PermanentError",
     "Queue",
     "QueueSettings",
+    "RateLimited",
+    "ResumeLater",
     "RunningJob",
     "Step",
     "Task",

@@ -7,6 +7,7 @@ ConveyorError
 │   ├── PayloadTooLargeError
 │   ├── NotSerializableError                data or result is not JSON
 │   └── UnknownOptionError (also TypeError)
+├── GroupFullError                          a group is at its max_waiting: the job was refused
 ├── ConfigurationError                      bad settings (URL, missing Redis binary ...)
 ├── ServerError                             the Redis server cannot be used
 │   ├── UnsupportedServerError              older than Redis 6.2
@@ -17,15 +18,21 @@ ConveyorError
 │   └── UncertainWriteError                 sent, no reply: the write may have been applied
 ├── JobNotFoundError (also KeyError)
 ├── JobFailedError                          wait_result(): the job failed for good
+│   └── JobExpiredError                     ... without running: not started by its `expires`
 ├── WaitTimeoutError (also TimeoutError)    wait_result(): no outcome within the timeout
 ├── LeaseLostError                          a worker's write was refused (fencing)
 ├── JobTimeoutError (also TimeoutError)     a handler ran past its timeout
-└── PermanentError                          raised by a handler: fail now, never retry
+├── ProcessDiedError                        the child process running a job died
+├── AbortedError                            a running job was aborted (Queue.abort)
+├── PermanentError                          raised by a handler: fail now, never retry
+├── RateLimited                             raised by a handler: an external limit; back unpunished
+└── ResumeLater                             raised by a handler: back to delayed, no attempt counted
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 
 class ConveyorError(Exception):
@@ -106,12 +113,39 @@ class JobFailedError(ConveyorError):
         self.error = error
 
 
+class JobExpiredError(JobFailedError):
+    """The awaited job was not started by its deadline (the `expires` option):
+    it failed without running (docs/protocol.md §16.2)."""
+
+    PREFIX = "JobExpiredError:"
+
+
+def expired_error(expires_at_ms: int) -> str:
+    """The error text of a job claimed past its deadline (docs/protocol.md §16.2)."""
+    return f"{JobExpiredError.PREFIX} not started by its deadline (expires_at {expires_at_ms} ms)"
+
+
 class WaitTimeoutError(ConveyorError, TimeoutError):
     pass
 
 
+class LeaseLostError(ConveyorError):
+    """A worker's write for a run was refused: its lease was lost (fencing)."""
+
+
 class JobTimeoutError(ConveyorError, TimeoutError):
     pass
+
+
+class ProcessDiedError(ConveyorError):
+    """The child process that ran a job (process execution) died while it
+    ran: killed, crashed, `os._exit`, out of memory. The job is retried by
+    its policy; the worker replaced the child."""
+
+
+class AbortedError(ConveyorError):
+    """A client aborted the job while it ran (`Queue.abort`): its worker
+    stopped the handler and failed the run for good, without retries."""
 
 
 class PermanentError(ConveyorError):
@@ -122,3 +156,55 @@ class PermanentError(ConveyorError):
     """
 
     retry_at: datetime | float | None = None
+
+
+class RateLimited(ConveyorError):
+    """Raise from a handler that hit an external limit (an HTTP 429, say): the
+    job goes back to wait with no failure counted, and its queue (scope
+    "queue") or its group (scope "group"; the queue for an ungrouped job)
+    starts nothing for `retry_after` seconds (docs/protocol.md §16.4)."""
+
+    def __init__(self, retry_after: float, *, scope: str = "queue") -> None:
+        if isinstance(retry_after, bool) or not isinstance(retry_after, int | float):
+            raise ValidationError(f"retry_after must be seconds, got {retry_after!r}")
+        if not 0.001 <= retry_after <= 86_400:
+            raise ValidationError(f"retry_after must be in [0.001, 86400] s, got {retry_after!r}")
+        if scope not in ("queue", "group"):
+            raise ValidationError(f"scope must be 'queue' or 'group', got {scope!r}")
+        super().__init__(f"rate limited for {retry_after} s ({scope})")
+        self.retry_after = retry_after
+        self.scope = scope
+
+
+class GroupFullError(ConveyorError):
+    """A new job of a group that is at its `max_waiting` was refused (nothing
+    of it was written). `refused` are those jobs' ids; `results` every job's
+    outcome of the call (the others were enqueued)."""
+
+    def __init__(self, refused: list[str], results: list[Any]) -> None:
+        super().__init__(f"{len(refused)} job(s) refused: their group is full ({refused[:5]})")
+        self.refused = refused
+        self.results = results
+
+
+_KEEP = object()
+
+
+class ResumeLater(ConveyorError):
+    """Raise from a handler to move the job back to wait `delay` seconds
+    (0: waiting at once) without holding a worker slot and without counting
+    an attempt or a failure; with `checkpoint`, that state is saved first.
+    The next run starts with `current_job().checkpoint` (docs/protocol.md §16.7)."""
+
+    def __init__(self, delay: float = 0.0, *, checkpoint: Any = _KEEP) -> None:
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or not delay >= 0:
+            raise ValidationError(f"delay must be seconds >= 0, got {delay!r}")
+        if delay > 10 * 365 * 86_400:
+            raise ValidationError(f"delay is more than ten years: {delay!r}")
+        super().__init__(f"resume in {delay} s")
+        self.delay = delay
+        self.checkpoint = checkpoint
+
+    @property
+    def saves_checkpoint(self) -> bool:
+        return self.checkpoint is not _KEEP

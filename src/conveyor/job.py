@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from conveyor import serializers
@@ -25,6 +25,15 @@ class JobState(enum.StrEnum):
 
 
 FINISHED_STATES = frozenset({JobState.COMPLETED, JobState.FAILED})
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptError:
+    """The error of one failed (or stalled) run, from a job's attempt history."""
+
+    attempt: int
+    at: datetime
+    error: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +69,14 @@ class Job:
     parent: str | None = None
     on_fail: str = "fail"
     children: int = 0
+    # a finished job's record reads as gone from this moment (finished_at + result_ttl)
+    retained_until: datetime | None = None
+    # the deadline of a job enqueued with `expires`: not started by then, it fails unrun
+    expires_at: datetime | None = None
+    # the errors of the last runs that failed or stalled, oldest first (at most 10)
+    errors: tuple[AttemptError, ...] = ()
+    # the resumable state its handler saved last (save_checkpoint, ResumeLater)
+    checkpoint: Any = None
 
     @property
     def finished(self) -> bool:
@@ -97,15 +114,36 @@ def _json_or_text(value: str | None) -> Any:
         return value
 
 
+def _history(value: str | None) -> tuple[AttemptError, ...]:
+    """The record's `errors` field (docs/protocol.md §16.1); unreadable: none."""
+    if not value:
+        return ()
+    try:
+        entries = serializers.loads(value)
+        return tuple(
+            AttemptError(
+                int(e["attempt"]), datetime.fromtimestamp(int(e["at"]) / 1000, UTC), str(e["error"])
+            )
+            for e in entries
+        )
+    except (ValueError, TypeError, KeyError):
+        return ()
+
+
 def job_from_hash(queue: str, job_id: str, raw_hash: Mapping[Any, Any]) -> Job:
     """Build a Job from HGETALL output (bytes or str keys and values); data stored in
     pieces (`data`, `data2`, ...) is joined."""
     raw = {text(k): text(v) for k, v in raw_hash.items()}
     progress = raw.get("progress")
+    state = _state(raw.get("state"))
+    finished_at = _ms(raw, "finished_at")
+    retained_until = None
+    if state in FINISHED_STATES and finished_at is not None:
+        retained_until = from_ms(finished_at + _int(raw, "result_ttl"))
     return Job(
         id=job_id,
         queue=queue,
-        state=_state(raw.get("state")),
+        state=state,
         task=raw.get("task", ""),
         data=_json_or_text(record_data(raw)),
         priority=_int(raw, "priority"),
@@ -126,7 +164,11 @@ def job_from_hash(queue: str, job_id: str, raw_hash: Mapping[Any, Any]) -> Job:
         created_at=from_ms(_ms(raw, "created_at")),
         run_at=from_ms(_ms(raw, "run_at" if "run_at" in raw else "created_at")),
         started_at=from_ms(_ms(raw, "started_at")),
-        finished_at=from_ms(_ms(raw, "finished_at")),
+        finished_at=from_ms(finished_at),
+        retained_until=retained_until,
+        expires_at=from_ms(_ms(raw, "expires_at")),
+        errors=_history(raw.get("errors")),
+        checkpoint=_json_or_text(raw.get("checkpoint")),
         parent=raw.get("parent"),
         on_fail=raw.get("on_fail") or "fail",
         children=_int(raw, "children"),

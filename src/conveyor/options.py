@@ -25,7 +25,7 @@ from conveyor.errors import (
 )
 from conveyor.protocol.keys import ID_PATTERN, NAME_PATTERN
 from conveyor.protocol.ops import JobSpec, UpsertRules
-from conveyor.timeutil import epoch_ms, to_ms
+from conveyor.timeutil import delay_until_ms, epoch_ms, to_ms
 
 MAX_PRIORITY = 2**21
 PRIORITIES = {"high": 0, "normal": 1_000, "low": 2_000}
@@ -63,7 +63,8 @@ ENQUEUE_OPTIONS = frozenset(
         "id", "delay", "run_at", "priority", "max_failures", "max_stalls", "min_backoff",
         "max_backoff", "timeout", "result_ttl", "lifo", "group", "update_data",
         "update_run_at", "update_max_failures", "update_max_stalls", "update_min_backoff",
-        "update_max_backoff", "reset_counts", "index", "headers",
+        "update_max_backoff", "reset_counts", "index", "headers", "expires",
+        "dedup", "dedup_ttl", "debounce", "concurrency_keys",
     }
 )  # fmt: skip
 
@@ -296,6 +297,11 @@ def build_spec(
     delay, run_at = options.get("delay"), options.get("run_at")
     if delay is not None and run_at is not None:
         raise ValidationError("give delay or run_at, not both")
+    debounce = options.get("debounce")
+    if debounce is not None:
+        if delay is not None or run_at is not None:
+            raise ValidationError("debounce sets the delay itself: no delay or run_at with it")
+        delay = debounce
     job_id = options.get("id")
     return JobSpec(
         id=new_job_id() if job_id is None else check_job_id(job_id),
@@ -318,7 +324,73 @@ def build_spec(
         index=build_index(options.get("index")),
         given_id=job_id is not None,
         headers=build_headers(options.get("headers")),
+        extra=_extra(options),
     )
+
+
+def _extra(options: Mapping[str, Any]) -> tuple[str, ...]:
+    """The opts lines of the version 4 job semantics (docs/protocol.md §16)."""
+    lines = []
+    expires = options.get("expires")
+    if expires is not None:
+        lines.append(f"expire_in={_expire_in_ms(expires)}")
+    lines.extend(_dedup(options))
+    keys = options.get("concurrency_keys")
+    if keys is not None:
+        lines.append(f"ckeys={','.join(_concurrency_keys(keys))}")
+    return tuple(lines)
+
+
+def _concurrency_keys(value: object) -> list[str]:
+    """1-4 distinct key names (§16.5)."""
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ValidationError(f"concurrency_keys must be a list of names, got {value!r}")
+    names = [check_name(k, "concurrency key") for k in value]
+    if not 1 <= len(names) <= 4 or len(set(names)) != len(names):
+        raise ValidationError(f"concurrency_keys must be 1-4 distinct names, got {value!r}")
+    return names
+
+
+def _dedup(options: Mapping[str, Any]) -> list[str]:
+    """Deduplication (§16.3): `dedup` alone is simple mode, with `dedup_ttl`
+    throttle, with `debounce` debounce."""
+    key, ttl, debounce = (options.get(n) for n in ("dedup", "dedup_ttl", "debounce"))
+    if key is None:
+        if ttl is not None or debounce is not None:
+            raise ValidationError("dedup_ttl and debounce need a dedup key (dedup=...)")
+        return []
+    if not isinstance(key, str) or not ID_PATTERN.fullmatch(key):
+        raise ValidationError(f"dedup must be 1-256 printable ASCII characters: {key!r}")
+    if ttl is not None and debounce is not None:
+        raise ValidationError("give dedup_ttl (throttle) or debounce, not both")
+    if ttl is not None:
+        return [
+            f"dedup={key}",
+            "dedup_mode=throttle",
+            f"dedup_ttl={_positive_ms(ttl, 'dedup_ttl')}",
+        ]
+    if debounce is not None:
+        _positive_ms(debounce, "debounce")
+        return [f"dedup={key}", "dedup_mode=debounce"]
+    return [f"dedup={key}", "dedup_mode=simple"]
+
+
+def _positive_ms(value: object, what: str) -> int:
+    ms = _seconds(value, what)
+    if ms < 1:
+        raise ValidationError(f"{what} must be at least 0.001 s, got {value!r}")
+    return ms
+
+
+def _expire_in_ms(value: object) -> int:
+    """`expires`: seconds from now (or a timedelta), or an aware datetime;
+    as the ms from now after which the job, not started, fails instead."""
+    if isinstance(value, datetime):
+        ms = delay_until_ms(value)
+        if ms < 1:
+            raise ValidationError(f"expires is already past: {value!r}")
+        return ms
+    return _positive_ms(value, "expires")
 
 
 class SpecBuilder:

@@ -31,6 +31,7 @@ def test_the_django_project_suite(server_factory: ServerFactory) -> None:
     env = {
         **os.environ,
         "CONVEYOR_REDIS_URL": server.url,
+        "CONVEYOR_TEST_REDIS_PID": str(server.pid),
         "CONVEYOR_DJANGO_DB": database,
         "PYTHONPATH": str(PROJECT),
     }

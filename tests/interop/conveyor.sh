@@ -152,7 +152,7 @@ fail() {
 }
 
 # §6.2 and §8, in burst mode: claim one job at a time (a fresh token per claim) until a claim
-# returns none. The reply is read line by line: now, next_due, held, then 15 fields per job
+# returns none. The reply is read line by line: now, next_due, held, then 17 fields per job
 # (data is compact JSON: one line).
 work() {
     base="$PREFIX:{$1}:"

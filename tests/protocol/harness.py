@@ -169,6 +169,9 @@ class Proto:
     def cancel(self, job_id: str) -> int:
         return int(self.run(ops.cancel(self.keys, job_id, events_maxlen=MAXLEN)))
 
+    def abort(self, job_id: str) -> str:
+        return text(self.run(ops.abort(self.keys, job_id, events_maxlen=MAXLEN)))
+
     # --- job control -------------------------------------------------------------
 
     def promote(self, job_id: str) -> int:

@@ -17,7 +17,7 @@ def test_claim_leases_the_first_ready_job(q: Proto) -> None:
     assert (int(raw[1]), int(raw[2])) == (-1, 0)
     assert list(raw[3:]) == [
         b"a", b"send", b'{"n":1}', 1, b"0", b"0", b"5", b"3", b"1000", b"300000", b"2000",
-        b"3", str(created).encode(), None, None,
+        b"3", str(created).encode(), None, None, None, None,
     ]  # fmt: skip
     job = q.job("a")
     assert (job["state"], job["token"], job["worker"]) == ("active", "t0k", "w-9")

@@ -88,6 +88,7 @@ def sample_call(name: str) -> ops.Call:
         "release": ops.release(keys, [], events_maxlen=10),
         "await": ops.await_job(keys, "id"),
         "cancel": ops.cancel(keys, "id", events_maxlen=10),
+        "abort": ops.abort(keys, "id", events_maxlen=10),
         "limits": ops.limits(keys, "group", group="g", concurrency=1),
         "schedule": schedules.schedule(
             keys, "s", first_tick_ms=1, cron=None, every_ms=1000, template=spec, events_maxlen=10
@@ -105,6 +106,11 @@ def sample_call(name: str) -> ops.Call:
             keys, completed=1, failed=0, retried=0, stalled=0, timings={}, retention_ms=1
         ),
         "job_log": observe.job_log(keys, job_id="id", token="t", lines=["a line"]),
+        "checkpoint": ops.checkpoint(keys, job_id="id", token="t", state="{}"),
+        "defer": ops.defer(keys, [("id", "t", 0, "")], events_maxlen=10),
+        "rate_limited": ops.rate_limited(
+            keys, [("id", "t")], wait_ms=1, scope="queue", events_maxlen=10
+        ),
         "flow_add": flows.flow_add(keys, [flows.FlowNodeArgs(spec, "", "", ())], events_maxlen=10),
         "flow_attach": flows.flow_attach(keys, "id", "t", ["o/c"]),
         "flow_wait": flows.flow_wait(keys, "id", "t", events_maxlen=10),

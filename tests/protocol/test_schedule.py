@@ -21,7 +21,7 @@ def test_creates_the_schedule_and_its_first_tick_job_delayed(q: Proto) -> None:
         "cron": "", "every": "60000", "task": "send", "data": '{"to":"x"}', "priority": "7",
         "max_failures": "4", "max_stalls": "2", "min_backoff": "500", "max_backoff": "9000",
         "timeout": "3000", "result_ttl": "60000", "group": "g1",
-        "next": str(tick), "job": f"s1@{tick}",
+        "next": str(tick), "job": f"s1@{tick}", "runs": "1",
     }  # fmt: skip
     job = q.job(f"s1@{tick}")
     created = int(job.pop("created_at"))

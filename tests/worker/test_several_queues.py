@@ -3,6 +3,7 @@ across the queues, each task on its own queue, and `conveyor worker --queues`.""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import threading
@@ -17,7 +18,7 @@ from click.testing import CliRunner
 
 from conveyor import JobState, Queue
 from conveyor.client.tasks import Tasks
-from conveyor.errors import ConfigurationError
+from conveyor.errors import ConfigurationError, JobFailedError
 from conveyor.integrations.cli import main
 from conveyor.worker import Worker, WorkerSettings
 from support.workers import APPS, SRC, WorkerRunner, wait_until
@@ -169,6 +170,26 @@ def test_a_wake_taken_for_a_queue_not_claimed_from_is_handed_on(
             wait_until(lambda: "low" in ran and "high" in ran, timeout=10)
         finally:
             release.set()
+
+
+def test_an_abort_reaches_the_job_through_its_own_queues_wake_key(
+    three: Three, worker_runner: WorkerRunner
+) -> None:
+    started = threading.Event()
+
+    @three.tasks[2].task
+    async def forever(data: None) -> None:
+        started.set()
+        await asyncio.sleep(300)
+
+    job = forever.enqueue(None)
+    worker_runner.start(three.tasks, lease=90.0)  # a beat every 30 s: only the wake is fast
+    assert started.wait(20)
+    asked = time.monotonic()
+    assert three.queues[2].abort(job.id) == "aborting"
+    with pytest.raises(JobFailedError, match="AbortedError"):
+        three.queues[2].wait_result(job.id, timeout=20)
+    assert time.monotonic() - asked < 10  # not the heartbeat's 30 s
 
 
 def test_a_task_runs_only_on_the_queue_it_is_registered_on(

@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from threading import get_ident
 from typing import Any, Unpack
 
@@ -33,6 +33,7 @@ from conveyor.client.core import (
     ScheduleInfo,
     WorkerInfo,
     carry_doubt,
+    server_ms,
 )
 from conveyor.client.events import Event, decode_events
 from conveyor.client.flows import (
@@ -338,6 +339,16 @@ class AsyncQueue:
         """Remove a waiting or delayed job (or a blocked twin); True if one was."""
         return int(await self.runner.run(self.core.cancel_call(job_id))) == 1
 
+    async def abort(self, job_id: str) -> str:
+        """Stop a job wherever it is. Not started yet (waiting, delayed): it is
+        cancelled, as `cancel` does ('cancelled'). Running: its worker is told
+        through Redis, stops the handler (cancels the task, terminates the
+        child process, or sets `current_job().cancelled` for a thread) and fails
+        the run for good with AbortedError, telling its waiters ('aborting').
+        Else 'finished' (completed or failed already), 'refused' (a state that
+        cannot be aborted) or 'missing' (no such job)."""
+        return ops.text(await self._runner.run(self.core.abort_call(job_id)))
+
     async def schedule(
         self,
         schedule_id: str,
@@ -346,10 +357,16 @@ class AsyncQueue:
         *,
         cron: str | None = None,
         every: float | timedelta | None = None,
+        tz: str | None = None,
+        start: datetime | float | None = None,
+        end: datetime | float | None = None,
+        max_runs: int | None = None,
         **options: Any,
     ) -> str:
-        """Create or replace a repeatable job: a 5-field `cron` expression (UTC)
-        or a fixed interval `every` seconds. Exactly one job runs per tick,
+        """Create or replace a repeatable job: a `cron` expression (5 fields,
+        or 6 with seconds first) read in time zone `tz` (UTC by default), or a
+        fixed interval `every` seconds; no tick before `start`, none after
+        `end`, at most `max_runs` in all. Exactly one job runs per tick,
         however many workers run; returns the pending job's id. `options`:
         priority, max_failures, max_stalls, min_backoff, max_backoff, timeout,
         result_ttl, group."""
@@ -357,8 +374,9 @@ class AsyncQueue:
         after = None
         for _ in range(10):  # a tick already run early is skipped for the next one
             call = self.core.schedule_call(
-                schedule_id, task, data, cron=cron, every=every, options=options, after_ms=after
-            )
+                schedule_id, task, data, cron=cron, every=every, options=options,
+                after_ms=after, tz=tz, start=start, end=end, max_runs=max_runs,
+            )  # fmt: skip
             job_id = ops.text((await self.runner.run(call))[0])
             if job_id:
                 return job_id
@@ -375,6 +393,15 @@ class AsyncQueue:
                 pipe.hgetall(keys.schedule(schedule_id))
             raws = await pipe.execute() if ids else []
         return [self.core.schedule_info(i, raw) for i, raw in zip(ids, raws, strict=True) if raw]
+
+    async def next_runs(self, schedule_id: str, *, count: int = 5) -> list[datetime]:
+        """A schedule's next `count` fire times, from its pending tick (within
+        its end and its runs left); empty when it ended or does not exist."""
+        with translated():
+            raw = await self.client.hgetall(self.core.keys.schedule(schedule_id))
+        if not raw:
+            return []
+        return list(self.core.schedule_info(schedule_id, raw, count=count).upcoming)
 
     async def unschedule(self, schedule_id: str) -> bool:
         """Remove a schedule and its pending job (if not started); True if it existed."""
@@ -397,12 +424,30 @@ class AsyncQueue:
         concurrency: int | None = None,
         rate: int | None = None,
         per: float = 1.0,
+        max_waiting: int | None = None,
     ) -> None:
         """Limits of one group (a tenant, a user), or with `group=None` the
-        defaults of every group that has none of its own."""
+        defaults of every group that has none of its own. `max_waiting`: a
+        new job of the group is refused (GroupFullError) while this many of
+        its jobs wait."""
         call = self.core.limits_call(
-            "group", group=group or "", concurrency=concurrency, rate=rate, per=per
-        )
+            "group", group=group or "", concurrency=concurrency, rate=rate, per=per,
+            max_waiting=max_waiting,
+        )  # fmt: skip
+        await self.runner.run(call)
+
+    async def set_key_limits(
+        self,
+        key: str,
+        *,
+        concurrency: int | None = None,
+        rate: int | None = None,
+        per: float = 1.0,
+    ) -> None:
+        """Limits of a concurrency key (jobs name theirs with
+        `concurrency_keys=`): at most `concurrency` of its jobs running, at
+        most `rate` started per `per` seconds; changeable at any time."""
+        call = self.core.limits_call("key", group=key, concurrency=concurrency, rate=rate, per=per)
         await self.runner.run(call)
 
     async def pause_group(self, group: str) -> None:
@@ -554,35 +599,41 @@ class AsyncQueue:
     # --- inspecting ------------------------------------------------------------
 
     async def get(self, job_id: str) -> Job | None:
+        """The job, or None when there is none: a finished job past its
+        result_ttl is gone, even before a sweep deletes its record."""
         with translated():
-            raw = await self.client.hgetall(self.core.job_key(job_id))
-        return self.core.job(job_id, raw)
+            pipe = self.client.pipeline(transaction=False)
+            pipe.time()
+            pipe.hgetall(self.core.job_key(job_id))
+            clock, raw = await pipe.execute()
+        return self.core.job(job_id, raw, server_ms(clock))
+
+    async def get_blocked(self, job_id: str) -> Job | None:
+        """The blocked twin of a running singleton: the next run, enqueued while
+        this one is active (state `blocked`); None when there is none."""
+        with translated():
+            raw = await self.client.hgetall(self.core.twin_key(job_id))
+        return self.core.twin(job_id, raw)
 
     async def counts(self) -> dict[JobState, int]:
-        """Jobs per state; waiting includes the jobs of every group."""
+        """Jobs per state; waiting includes the jobs of every group; finished
+        jobs count while retained (not past their result_ttl)."""
         keys = self.core.keys
         with translated():
-            grouped: list[Any] = [
-                *await self.client.zrange(keys.groups, 0, -1),
-                *await self.client.zrange(keys.gwait, 0, -1),
-            ]
             pipe = self.client.pipeline(transaction=False)
-            for group in grouped:
-                pipe.zcard(keys.group_ready(ops.text(group)))
-            in_groups = sum(int(n) for n in await pipe.execute()) if grouped else 0
-        counts = await self._index_counts()
-        counts[JobState.WAITING] += in_groups
-        return counts
-
-    async def _index_counts(self) -> dict[JobState, int]:
-        pairs = self.core.count_keys()
-        with translated():
+            pipe.time()
+            pipe.zrange(keys.groups, 0, -1)
+            pipe.zrange(keys.gwait, 0, -1)
+            clock, runnable, held = await pipe.execute()
+            grouped = [*runnable, *held]
             pipe = self.client.pipeline(transaction=False)
-            for _, key in pairs:
-                pipe.zcard(key)
-            return {
-                state: int(n) for (state, _), n in zip(pairs, await pipe.execute(), strict=True)
-            }
+            for key, since in self.core.count_keys_at(grouped, server_ms(clock)):
+                if since is None:
+                    pipe.zcard(key)
+                else:
+                    pipe.zcount(key, since, "+inf")
+            replies = await pipe.execute()
+        return self.core.counts_from(len(grouped), replies)
 
     async def job_ids(
         self,
@@ -595,12 +646,19 @@ class AsyncQueue:
     ) -> list[str]:
         """Ids of jobs in `state`, in index order (waiting: run order, ungrouped
         jobs or one `group`'s; delayed: due time; active: lease deadline;
-        finished: expiry), or from its end with `reverse` (finished: newest
-        first)."""
-        key = self.core.index_of(state, group)
-        read = self.client.zrevrange if reverse else self.client.zrange
+        finished: expiry, those still retained), or from its end with `reverse`
+        (finished: newest first)."""
         with translated():
-            ids = await read(key, offset, offset + limit - 1)
+            key, since = self.core.id_index(state, group, server_ms(await self.client.time()))
+            if since is None:
+                read = self.client.zrevrange if reverse else self.client.zrange
+                ids = await read(key, offset, offset + limit - 1)
+            elif reverse:
+                ids = await self.client.zrevrangebyscore(
+                    key, "+inf", since, start=offset, num=limit
+                )
+            else:
+                ids = await self.client.zrangebyscore(key, since, "+inf", start=offset, num=limit)
         return [ops.text(i) for i in ids]
 
     async def find(self, field: str, value: str | int, *, limit: int = 100) -> list[Job]:
@@ -610,10 +668,12 @@ class AsyncQueue:
         with translated():
             ids = [ops.text(i) for i in await self.client.zrevrange(key, 0, limit - 1)]
             pipe = self.client.pipeline(transaction=False)
+            pipe.time()
             for job_id in ids:
                 pipe.hgetall(self.core.keys.job(job_id))
-            raws = await pipe.execute() if ids else []
-        jobs = [self.core.job(i, raw) for i, raw in zip(ids, raws, strict=True)]
+            clock, *raws = await pipe.execute()
+        now_ms = server_ms(clock)
+        jobs = [self.core.job(i, raw, now_ms) for i, raw in zip(ids, raws, strict=True)]
         return [job for job in jobs if job is not None]
 
     async def groups(self) -> list[str]:
@@ -719,17 +779,22 @@ class AsyncQueue:
             pipe.zrange(keys.groups, 0, -1)
             pipe.zrange(keys.gwait, 0, -1)
             pipe.hgetall(keys.gactive)
-            for _, key in pairs:
-                pipe.zcard(key)
-            meta, groups, held, running, *cards = await pipe.execute()
+            pipe.time()
+            meta, groups, held, running, clock = await pipe.execute()
             names = inspect.group_names(groups, held)
             pipe = self.client.pipeline(transaction=False)
+            for key, since in self.core.count_keys_at([], server_ms(clock)):
+                if since is None:
+                    pipe.zcard(key)
+                else:  # finished jobs count while retained (§4.4)
+                    pipe.zcount(key, since, "+inf")
             for group in names:
                 pipe.zcard(keys.group_ready(group))
             for group in names[: inspect.MAX_GROUPS_SHOWN]:
                 pipe.hgetall(keys.group_conf(group))
-            replies = await pipe.execute() if names else []
-        counts = {state: int(n) for (state, _), n in zip(pairs, cards, strict=True)}
+            cards_and_replies = await pipe.execute()
+        cards, replies = cards_and_replies[: len(pairs) + 1], cards_and_replies[len(pairs) + 1 :]
+        counts = self.core.counts_from(0, cards)
         waiting, confs = replies[: len(names)], replies[len(names) :]
         return inspect.overview(self.name, meta, counts, names, waiting, running, confs)
 
@@ -738,10 +803,12 @@ class AsyncQueue:
         keys = [self.core.job_key(i) for i in job_ids]
         with translated():
             pipe = self.client.pipeline(transaction=False)
+            pipe.time()
             for key in keys:
                 pipe.hgetall(key)
-            raws = await pipe.execute() if keys else []
-        return [self.core.job(i, raw) for i, raw in zip(job_ids, raws, strict=True)]
+            clock, *raws = await pipe.execute()
+        now_ms = server_ms(clock)
+        return [self.core.job(i, raw, now_ms) for i, raw in zip(job_ids, raws, strict=True)]
 
     async def job_events(self, job_id: str, *, scan: int = inspect.EVENTS_SCANNED) -> list[Event]:
         """A job's events among the last `scan` of the queue's stream, oldest first."""

@@ -10,7 +10,7 @@ import functools
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypedDict
 
 from conveyor import metrics, serializers
@@ -19,6 +19,8 @@ from conveyor.errors import (
     ConfigurationError,
     ConnectionLostError,
     EvictionPolicyError,
+    GroupFullError,
+    JobExpiredError,
     JobFailedError,
     JobNotFoundError,
     ProtocolVersionError,
@@ -29,7 +31,7 @@ from conveyor.errors import (
 )
 from conveyor.hooks import Hook, Hooks
 from conveyor.hooks import call as call_hooks
-from conveyor.job import Job, JobState, job_from_hash
+from conveyor.job import FINISHED_STATES, Job, JobState, job_from_hash
 from conveyor.options import (
     DEFAULT_MAX_PAYLOAD,
     JobDefaults,
@@ -43,8 +45,8 @@ from conveyor.options import (
 from conveyor.protocol import ops, schedules
 from conveyor.protocol.keys import FAILURE_LANE, PROTOCOL_VERSION, QueueKeys
 from conveyor.protocol.scripts import SCRIPT_NAMES, Script, load_script
-from conveyor.timeutil import from_ms, to_ms
-from conveyor.timing import check_cron, next_tick
+from conveyor.timeutil import epoch_ms, from_ms, to_ms
+from conveyor.timing import check_cron, check_tz, next_tick, upcoming
 
 MIN_SERVER = (6, 2, 0)
 EvictionCheck = Literal["error", "warn", "ignore"]
@@ -74,6 +76,11 @@ class EnqueueOptions(TypedDict, total=False):
     reset_counts: bool
     index: Mapping[str, str | int]
     headers: Mapping[str, str]
+    expires: float | timedelta | datetime
+    dedup: str
+    dedup_ttl: float | timedelta
+    debounce: float | timedelta
+    concurrency_keys: Sequence[str]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -106,12 +113,15 @@ class JobRequest:
 
 @dataclass(frozen=True, slots=True)
 class Enqueued:
-    """What an enqueue did: `outcome` is created, updated, blocked or exists."""
+    """What an enqueue did: `outcome` is created, updated, blocked, exists or
+    deduplicated. A job that was deduplicated (or with `debounce`, updated the
+    standing job) reports the id and state of the job that stands for its
+    dedup key (state None when that job's record is gone)."""
 
     id: str
     queue: str
     outcome: str
-    state: JobState
+    state: JobState | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +135,15 @@ class ScheduleInfo:
     every: float | None
     next_run: datetime | None
     job_id: str | None
+    # version 4 (docs/protocol.md §16.6)
+    tz: str | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+    max_runs: int | None = None
+    runs: int = 0  # the ticks made since this definition, the pending one included
+    ended: datetime | None = None  # past its end, or all its runs made
+    # the next fire times, from the pending tick on (at most 5; see next_runs)
+    upcoming: tuple[datetime, ...] = ()
 
 
 # The options a schedule's job template may set (timing is the schedule's own).
@@ -172,6 +191,13 @@ def carry_doubt(
     return UncertainWriteError(f"{doubt}; a re-send then could not reach Redis: {failure}")
 
 
+def server_ms(reply: Any) -> int:
+    """Redis TIME's reply (seconds, microseconds) in ms: readers judge
+    stored times by the server's clock, never their own (protocol §1)."""
+    seconds, micros = reply
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 def parse_version(text: str) -> tuple[int, int, int]:
     parts = [int(p) for p in text.split(".")[:3] if p.isdigit()]
     return (parts + [0, 0, 0])[0], (parts + [0, 0, 0])[1], (parts + [0, 0, 0])[2]
@@ -184,8 +210,10 @@ def _text(value: Any) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def _job_state(value: Any) -> JobState:
-    return JobState(ops.text(value))
+def _job_state(value: Any) -> JobState | None:
+    """None: the record is gone (a throttled job's standing job, §16.3)."""
+    text = ops.text(value)
+    return JobState(text) if text else None
 
 
 class QueueCore:
@@ -256,7 +284,7 @@ class QueueCore:
     def enqueued_one(self, job_id: str, reply: Any) -> Enqueued:
         if reply == 1:  # enqueue_new's, the common case, without building lists
             return Enqueued(job_id, self.name, "created", JobState.WAITING)
-        return self._enqueued([job_id], reply)[0]
+        return _refusing(self._enqueued([job_id], reply))[0]
 
     def enqueue_call(self, specs: Sequence[ops.JobSpec]) -> ops.Call:
         """enqueue_new when every job is new and plain (a generated id, no
@@ -301,7 +329,9 @@ class QueueCore:
 
     def enqueued_many(self, ids: list[Sequence[str]], replies: list[Any]) -> list[Enqueued]:
         """What each call of enqueue_many_calls did, job by job."""
-        return [e for i, r in zip(ids, replies, strict=True) for e in self._enqueued(i, r)]
+        return _refusing(
+            [e for i, r in zip(ids, replies, strict=True) for e in self._enqueued(i, r)]
+        )
 
     def _enqueued(self, ids: Sequence[str], reply: Any) -> list[Enqueued]:
         """What an enqueue call did to each job: enqueue_new replies with the
@@ -311,8 +341,13 @@ class QueueCore:
             if reply != len(ids):
                 raise ValueError(f"enqueue_new replied {reply} for {len(ids)} jobs")
             return [Enqueued(job_id, name, "created", JobState.WAITING) for job_id in ids]
-        if len(reply) != 2 * len(ids):
+        n = 2 * len(ids)
+        if len(reply) < n or (len(reply) - n) % 2:
             raise ValueError(f"enqueue replied {len(reply)} items for {len(ids)} jobs")
+        if len(reply) > n:  # deduplicated jobs: the id of the job that stands (§16.3)
+            ids = list(ids)
+            for k in range(n, len(reply), 2):
+                ids[int(reply[k]) - 1] = ops.text(reply[k + 1])
         return [
             Enqueued(job_id, name, _text(reply[2 * k]), _job_state(reply[2 * k + 1]))
             for k, job_id in enumerate(ids)
@@ -328,10 +363,14 @@ class QueueCore:
         every: float | timedelta | None,
         options: Mapping[str, Any],
         after_ms: int | None = None,
+        tz: str | None = None,
+        start: datetime | float | None = None,
+        end: datetime | float | None = None,
+        max_runs: int | None = None,
     ) -> ops.Call:
         """Validate a schedule and build its call; the first tick is the next
-        cron time, or one interval, after now (or after `after_ms`: a retry
-        when that tick was taken)."""
+        cron time (in `tz`), or one interval, after now and not before
+        `start` (or after `after_ms`: a retry when that tick was taken)."""
         check_job_id(schedule_id + "@" + "0" * 13)  # its tick jobs' ids must be valid
         if (cron is None) == (every is None):
             raise ValidationError("give exactly one of cron= or every=")
@@ -347,12 +386,17 @@ class QueueCore:
         now_ms = round(time.time() * 1000)
         if after_ms is not None:
             now_ms = after_ms
+        window = _schedule_window(tz, start, end, max_runs, cron)
         first = next_tick(
             cron=None if cron is None else check_cron(cron),
             every_ms=every_ms,
             fired_ms=now_ms,
             now_ms=now_ms,
+            tz=tz,
+            not_before_ms=window[1],
         )
+        if window[2] is not None and first > window[2]:
+            raise ValidationError("the schedule has no tick before its end")
         return schedules.schedule(
             self.keys,
             schedule_id,
@@ -361,19 +405,51 @@ class QueueCore:
             every_ms=every_ms,
             template=template,
             events_maxlen=self.settings.events_maxlen,
+            tz=tz,
+            start_ms=window[1],
+            end_ms=window[2],
+            limit=max_runs,
         )
 
-    def schedule_info(self, schedule_id: str, raw: Mapping[Any, Any]) -> ScheduleInfo:
+    def schedule_info(
+        self, schedule_id: str, raw: Mapping[Any, Any], *, count: int = 5
+    ) -> ScheduleInfo:
+        """A schedule read from its hash, with its next `count` fire times."""
         f = {ops.text(k): ops.text(v) for k, v in raw.items()}
         every = f.get("every")
+
+        def ms(name: str) -> int | None:
+            value = f.get(name)
+            return int(value) if value else None
+
+        cron, tz, limit, runs = f.get("cron") or None, f.get("tz") or None, ms("limit"), ms("runs")
+        pending = ms("next")
+        ticks = []
+        if pending is not None:
+            ticks = upcoming(
+                cron=cron,
+                every_ms=ms("every"),
+                tz=tz,
+                next_ms=pending,
+                end_ms=ms("end"),
+                runs_left=None if limit is None else limit - (runs or 0) + 1,
+                count=count,
+            )
         return ScheduleInfo(
             id=schedule_id,
             task=f.get("task", ""),
             data=serializers.loads(f["data"]) if f.get("data") else None,
-            cron=f.get("cron") or None,
+            cron=cron,
             every=int(every) / 1000 if every else None,
-            next_run=from_ms(int(f["next"])) if f.get("next") else None,
+            next_run=from_ms(pending),
             job_id=f.get("job"),
+            tz=tz,
+            start=from_ms(ms("start")),
+            end=from_ms(ms("end")),
+            max_runs=limit,
+            runs=runs or 0,
+            ended=from_ms(ms("ended")),
+            upcoming=tuple(t for t in (from_ms(x) for x in ticks) if t is not None),
         )
 
     def index_key(self, field: str, value: str | int) -> str:
@@ -411,6 +487,9 @@ class QueueCore:
             self.keys, check_job_id(job_id), events_maxlen=self.settings.events_maxlen
         )
 
+    def abort_call(self, job_id: str) -> ops.Call:
+        return ops.abort(self.keys, check_job_id(job_id), events_maxlen=self.settings.events_maxlen)
+
     def await_call(self, job_id: str) -> ops.Call:
         return ops.await_job(self.keys, check_job_id(job_id))
 
@@ -419,8 +498,54 @@ class QueueCore:
     def job_key(self, job_id: str) -> str:
         return self.keys.job(check_job_id(job_id))
 
-    def job(self, job_id: str, raw: Mapping[Any, Any]) -> Job | None:
+    def job(self, job_id: str, raw: Mapping[Any, Any], now_ms: int) -> Job | None:
+        """The job of a record read at server time `now_ms`; None when there is
+        none, or when it is finished and past its result_ttl (docs/protocol.md
+        §4.4: a record awaiting its sweep reads as gone)."""
+        if not raw:
+            return None
+        job = job_from_hash(self.name, job_id, raw)
+        if job.retained_until is not None and job.retained_until <= datetime.fromtimestamp(
+            now_ms / 1000, UTC
+        ):
+            return None
+        return job
+
+    def twin(self, job_id: str, raw: Mapping[Any, Any]) -> Job | None:
+        """A blocked twin (docs/protocol.md §4.3) as a Job in state `blocked`."""
         return job_from_hash(self.name, job_id, raw) if raw else None
+
+    def twin_key(self, job_id: str) -> str:
+        return self.keys.blocked_job(check_job_id(job_id))
+
+    def count_keys_at(self, groups: Sequence[Any], now_ms: int) -> list[tuple[str, str | None]]:
+        """What `counts_from` adds up: (key, None) to count a whole zset (each
+        group's waiting jobs, then each index), (key, lowest score excluded)
+        for finished jobs, counted only while retained (their index score is
+        the expiry: past it they read as gone)."""
+        keys: list[tuple[str, str | None]] = [
+            (self.keys.group_ready(ops.text(group)), None) for group in groups
+        ]
+        for state, key in self.count_keys():
+            keys.append((key, f"({now_ms}" if state in FINISHED_STATES else None))
+        keys.append((self.keys.base + "parked", None))  # waiting, parked on a key (§16.5)
+        return keys
+
+    def counts_from(self, groups: int, replies: Sequence[Any]) -> dict[JobState, int]:
+        """Jobs per state from the replies of `count_keys_at` for `groups` groups."""
+        in_groups = sum(int(n) for n in replies[:groups])
+        *indexes, parked = replies[groups:]
+        counts = {state: int(n) for (state, _), n in zip(self.count_keys(), indexes, strict=True)}
+        counts[JobState.WAITING] += in_groups + int(parked)
+        return counts
+
+    def id_index(
+        self, state: JobState | str, group: str | None, now_ms: int
+    ) -> tuple[str, str | None]:
+        """The index listing ids in `state`, and for finished ones the lowest
+        score excluded: they are listed only while retained."""
+        key = self.index_of(state, group)
+        return key, f"({now_ms}" if JobState(state) in FINISHED_STATES else None
 
     def count_keys(self) -> list[tuple[JobState, str]]:
         k = self.keys
@@ -483,11 +608,13 @@ class QueueCore:
         concurrency: int | None = None,
         rate: int | None = None,
         per: float = 1.0,
+        max_waiting: int | None = None,
     ) -> ops.Call:
         """Validate and build a limits call (see limits.lua)."""
         if group:
-            check_name(group, "group key")
-        for name, value in (("concurrency", concurrency), ("rate", rate)):
+            check_name(group, "concurrency key" if what == "key" else "group key")
+        limits = (("concurrency", concurrency), ("rate", rate), ("max_waiting", max_waiting))
+        for name, value in limits:
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or value < 1
             ):
@@ -501,6 +628,7 @@ class QueueCore:
             concurrency=concurrency,
             rate=rate,
             window_ms=None if rate is None else round(per * 1000),
+            max_waiting=max_waiting,
         )
 
     def workers(self, ids: Sequence[Any], infos: Sequence[Any]) -> list[WorkerInfo]:
@@ -517,7 +645,10 @@ class QueueCore:
         if reply.state == "missing":
             raise JobNotFoundError(f"no job {job_id!r} in queue {self.name!r}")
         if reply.state == "failed":
-            raise JobFailedError(job_id, reply.payload or "")
+            error = reply.payload or ""
+            if error.startswith(JobExpiredError.PREFIX):
+                raise JobExpiredError(job_id, error)
+            raise JobFailedError(job_id, error)
         return serializers.loads(reply.payload or "null")
 
     # --- server checks ---------------------------------------------------------
@@ -545,6 +676,44 @@ class QueueCore:
                 f"queue {self.name!r} uses protocol version {found}; "
                 f"this Conveyor speaks {PROTOCOL_VERSION}"
             )
+
+
+def _schedule_window(
+    tz: str | None,
+    start: datetime | float | None,
+    end: datetime | float | None,
+    max_runs: int | None,
+    cron: str | None,
+) -> tuple[str | None, int | None, int | None]:
+    """A schedule's time zone, start and end (ms), validated (§16.6)."""
+    if tz is not None:
+        check_tz(tz)
+        if cron is None:
+            raise ValidationError("tz applies to cron= only")
+    if max_runs is not None and (
+        isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1
+    ):
+        raise ValidationError(f"max_runs must be an integer >= 1, got {max_runs!r}")
+    start_ms = None if start is None else _moment_ms(start, "start")
+    end_ms = None if end is None else _moment_ms(end, "end")
+    if start_ms is not None and end_ms is not None and end_ms < start_ms:
+        raise ValidationError("end is before start")
+    return tz, start_ms, end_ms
+
+
+def _moment_ms(value: datetime | float, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, datetime | int | float):
+        raise ValidationError(f"{what} must be an aware datetime or epoch seconds: {value!r}")
+    return epoch_ms(value)
+
+
+def _refusing(results: list[Enqueued]) -> list[Enqueued]:
+    """The results, unless a job was refused (its group at max_waiting, §16.5):
+    then GroupFullError, carrying every job's result."""
+    refused = [e.id for e in results if e.outcome == "refused"]
+    if refused:
+        raise GroupFullError(refused, results)
+    return results
 
 
 def _requests(jobs: Iterable[JobRequest | tuple[str, Any]]) -> list[JobRequest]:

@@ -13,7 +13,8 @@ from conveyor.timeutil import from_ms
 @dataclass(frozen=True, slots=True)
 class Event:
     """One entry of `<prefix>:{<queue>}:events`: `name` is created, updated,
-    blocked, active, progress, completed, retried, stalled, failed or cancelled."""
+    blocked, active, progress, completed, retried, stalled, failed, cancelled or
+    abort_requested."""
 
     stream_id: str
     name: str

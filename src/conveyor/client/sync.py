@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Unpack
 
 import redis
@@ -31,6 +31,7 @@ from conveyor.client.core import (
     ScheduleInfo,
     WorkerInfo,
     carry_doubt,
+    server_ms,
 )
 from conveyor.client.events import Event, decode_events
 from conveyor.client.flows import (
@@ -210,9 +211,7 @@ class Queue:
         self.check()
         return self.core.enqueued_many(ids, self._send_enqueues(calls))
 
-    def _enqueue_hooked(
-        self, requests: list[JobRequest], *, chunk_size: int
-    ) -> list[Enqueued]:
+    def _enqueue_hooked(self, requests: list[JobRequest], *, chunk_size: int) -> list[Enqueued]:
         """Enqueue jobs that met before_enqueue, then tell after_enqueue."""
         try:
             calls, ids = self.core.enqueue_many_calls(requests, chunk_size)
@@ -259,6 +258,16 @@ class Queue:
         """Remove a waiting or delayed job (or a blocked twin); True if one was."""
         return int(self._runner.run(self.core.cancel_call(job_id))) == 1
 
+    def abort(self, job_id: str) -> str:
+        """Stop a job wherever it is. Not started yet (waiting, delayed): it is
+        cancelled, as `cancel` does ('cancelled'). Running: its worker is told
+        through Redis, stops the handler (cancels the task, terminates the
+        child process, or sets `current_job().cancelled` for a thread) and fails
+        the run for good with AbortedError, telling its waiters ('aborting').
+        Else 'finished' (completed or failed already), 'refused' (a state that
+        cannot be aborted) or 'missing' (no such job)."""
+        return ops.text(self._runner.run(self.core.abort_call(job_id)))
+
     def schedule(
         self,
         schedule_id: str,
@@ -267,10 +276,16 @@ class Queue:
         *,
         cron: str | None = None,
         every: float | timedelta | None = None,
+        tz: str | None = None,
+        start: datetime | float | None = None,
+        end: datetime | float | None = None,
+        max_runs: int | None = None,
         **options: Any,
     ) -> str:
-        """Create or replace a repeatable job: a 5-field `cron` expression (UTC)
-        or a fixed interval `every` seconds. Exactly one job runs per tick,
+        """Create or replace a repeatable job: a `cron` expression (5 fields,
+        or 6 with seconds first) read in time zone `tz` (UTC by default), or a
+        fixed interval `every` seconds; no tick before `start`, none after
+        `end`, at most `max_runs` in all. Exactly one job runs per tick,
         however many workers run; returns the pending job's id. `options`:
         priority, max_failures, max_stalls, min_backoff, max_backoff, timeout,
         result_ttl, group."""
@@ -278,8 +293,9 @@ class Queue:
         after = None
         for _ in range(10):  # a tick already run early is skipped for the next one
             call = self.core.schedule_call(
-                schedule_id, task, data, cron=cron, every=every, options=options, after_ms=after
-            )
+                schedule_id, task, data, cron=cron, every=every, options=options,
+                after_ms=after, tz=tz, start=start, end=end, max_runs=max_runs,
+            )  # fmt: skip
             job_id = ops.text((self._runner.run(call))[0])
             if job_id:
                 return job_id
@@ -296,6 +312,15 @@ class Queue:
                 pipe.hgetall(keys.schedule(schedule_id))
             raws = pipe.execute() if ids else []
         return [self.core.schedule_info(i, raw) for i, raw in zip(ids, raws, strict=True) if raw]
+
+    def next_runs(self, schedule_id: str, *, count: int = 5) -> list[datetime]:
+        """A schedule's next `count` fire times, from its pending tick (within
+        its end and its runs left); empty when it ended or does not exist."""
+        with translated():
+            raw = self.client.hgetall(self.core.keys.schedule(schedule_id))
+        if not raw:
+            return []
+        return list(self.core.schedule_info(schedule_id, raw, count=count).upcoming)
 
     def unschedule(self, schedule_id: str) -> bool:
         """Remove a schedule and its pending job (if not started); True if it existed."""
@@ -318,12 +343,30 @@ class Queue:
         concurrency: int | None = None,
         rate: int | None = None,
         per: float = 1.0,
+        max_waiting: int | None = None,
     ) -> None:
         """Limits of one group (a tenant, a user), or with `group=None` the
-        defaults of every group that has none of its own."""
+        defaults of every group that has none of its own. `max_waiting`: a
+        new job of the group is refused (GroupFullError) while this many of
+        its jobs wait."""
         call = self.core.limits_call(
-            "group", group=group or "", concurrency=concurrency, rate=rate, per=per
-        )
+            "group", group=group or "", concurrency=concurrency, rate=rate, per=per,
+            max_waiting=max_waiting,
+        )  # fmt: skip
+        self._runner.run(call)
+
+    def set_key_limits(
+        self,
+        key: str,
+        *,
+        concurrency: int | None = None,
+        rate: int | None = None,
+        per: float = 1.0,
+    ) -> None:
+        """Limits of a concurrency key (jobs name theirs with
+        `concurrency_keys=`): at most `concurrency` of its jobs running, at
+        most `rate` started per `per` seconds; changeable at any time."""
+        call = self.core.limits_call("key", group=key, concurrency=concurrency, rate=rate, per=per)
         self._runner.run(call)
 
     def pause_group(self, group: str) -> None:
@@ -471,33 +514,41 @@ class Queue:
     # --- inspecting ------------------------------------------------------------
 
     def get(self, job_id: str) -> Job | None:
+        """The job, or None when there is none: a finished job past its
+        result_ttl is gone, even before a sweep deletes its record."""
         with translated():
-            raw = self.client.hgetall(self.core.job_key(job_id))
-        return self.core.job(job_id, raw)
+            pipe = self.client.pipeline(transaction=False)
+            pipe.time()
+            pipe.hgetall(self.core.job_key(job_id))
+            clock, raw = pipe.execute()
+        return self.core.job(job_id, raw, server_ms(clock))
+
+    def get_blocked(self, job_id: str) -> Job | None:
+        """The blocked twin of a running singleton: the next run, enqueued while
+        this one is active (state `blocked`); None when there is none."""
+        with translated():
+            raw = self.client.hgetall(self.core.twin_key(job_id))
+        return self.core.twin(job_id, raw)
 
     def counts(self) -> dict[JobState, int]:
-        """Jobs per state; waiting includes the jobs of every group."""
+        """Jobs per state; waiting includes the jobs of every group; finished
+        jobs count while retained (not past their result_ttl)."""
         keys = self.core.keys
         with translated():
-            grouped: list[Any] = [
-                *self.client.zrange(keys.groups, 0, -1),
-                *self.client.zrange(keys.gwait, 0, -1),
-            ]
             pipe = self.client.pipeline(transaction=False)
-            for group in grouped:
-                pipe.zcard(keys.group_ready(ops.text(group)))
-            in_groups = sum(int(n) for n in pipe.execute()) if grouped else 0
-        counts = self._index_counts()
-        counts[JobState.WAITING] += in_groups
-        return counts
-
-    def _index_counts(self) -> dict[JobState, int]:
-        pairs = self.core.count_keys()
-        with translated():
+            pipe.time()
+            pipe.zrange(keys.groups, 0, -1)
+            pipe.zrange(keys.gwait, 0, -1)
+            clock, runnable, held = pipe.execute()
+            grouped = [*runnable, *held]
             pipe = self.client.pipeline(transaction=False)
-            for _, key in pairs:
-                pipe.zcard(key)
-            return {state: int(n) for (state, _), n in zip(pairs, pipe.execute(), strict=True)}
+            for key, since in self.core.count_keys_at(grouped, server_ms(clock)):
+                if since is None:
+                    pipe.zcard(key)
+                else:
+                    pipe.zcount(key, since, "+inf")
+            replies = pipe.execute()
+        return self.core.counts_from(len(grouped), replies)
 
     def job_ids(
         self,
@@ -510,12 +561,17 @@ class Queue:
     ) -> list[str]:
         """Ids of jobs in `state`, in index order (waiting: run order, ungrouped
         jobs or one `group`'s; delayed: due time; active: lease deadline;
-        finished: expiry), or from its end with `reverse` (finished: newest
-        first)."""
-        key = self.core.index_of(state, group)
-        read = self.client.zrevrange if reverse else self.client.zrange
+        finished: expiry, those still retained), or from its end with `reverse`
+        (finished: newest first)."""
         with translated():
-            ids = read(key, offset, offset + limit - 1)
+            key, since = self.core.id_index(state, group, server_ms(self.client.time()))
+            if since is None:
+                read = self.client.zrevrange if reverse else self.client.zrange
+                ids = read(key, offset, offset + limit - 1)
+            elif reverse:
+                ids = self.client.zrevrangebyscore(key, "+inf", since, start=offset, num=limit)
+            else:
+                ids = self.client.zrangebyscore(key, since, "+inf", start=offset, num=limit)
         return [ops.text(i) for i in ids]
 
     def find(self, field: str, value: str | int, *, limit: int = 100) -> list[Job]:
@@ -525,10 +581,12 @@ class Queue:
         with translated():
             ids = [ops.text(i) for i in self.client.zrevrange(key, 0, limit - 1)]
             pipe = self.client.pipeline(transaction=False)
+            pipe.time()
             for job_id in ids:
                 pipe.hgetall(self.core.keys.job(job_id))
-            raws = pipe.execute() if ids else []
-        jobs = [self.core.job(i, raw) for i, raw in zip(ids, raws, strict=True)]
+            clock, *raws = pipe.execute()
+        now_ms = server_ms(clock)
+        jobs = [self.core.job(i, raw, now_ms) for i, raw in zip(ids, raws, strict=True)]
         return [job for job in jobs if job is not None]
 
     def groups(self) -> list[str]:
@@ -632,17 +690,22 @@ class Queue:
             pipe.zrange(keys.groups, 0, -1)
             pipe.zrange(keys.gwait, 0, -1)
             pipe.hgetall(keys.gactive)
-            for _, key in pairs:
-                pipe.zcard(key)
-            meta, groups, held, running, *cards = pipe.execute()
+            pipe.time()
+            meta, groups, held, running, clock = pipe.execute()
             names = inspect.group_names(groups, held)
             pipe = self.client.pipeline(transaction=False)
+            for key, since in self.core.count_keys_at([], server_ms(clock)):
+                if since is None:
+                    pipe.zcard(key)
+                else:  # finished jobs count while retained (§4.4)
+                    pipe.zcount(key, since, "+inf")
             for group in names:
                 pipe.zcard(keys.group_ready(group))
             for group in names[: inspect.MAX_GROUPS_SHOWN]:
                 pipe.hgetall(keys.group_conf(group))
-            replies = pipe.execute() if names else []
-        counts = {state: int(n) for (state, _), n in zip(pairs, cards, strict=True)}
+            cards_and_replies = pipe.execute()
+        cards, replies = cards_and_replies[: len(pairs) + 1], cards_and_replies[len(pairs) + 1 :]
+        counts = self.core.counts_from(0, cards)
         waiting, confs = replies[: len(names)], replies[len(names) :]
         return inspect.overview(self.name, meta, counts, names, waiting, running, confs)
 
@@ -651,10 +714,12 @@ class Queue:
         keys = [self.core.job_key(i) for i in job_ids]
         with translated():
             pipe = self.client.pipeline(transaction=False)
+            pipe.time()
             for key in keys:
                 pipe.hgetall(key)
-            raws = pipe.execute() if keys else []
-        return [self.core.job(i, raw) for i, raw in zip(job_ids, raws, strict=True)]
+            clock, *raws = pipe.execute()
+        now_ms = server_ms(clock)
+        return [self.core.job(i, raw, now_ms) for i, raw in zip(job_ids, raws, strict=True)]
 
     def job_events(self, job_id: str, *, scan: int = inspect.EVENTS_SCANNED) -> list[Event]:
         """A job's events among the last `scan` of the queue's stream, oldest first."""

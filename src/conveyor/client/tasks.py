@@ -30,6 +30,7 @@ from conveyor.options import ENQUEUE_OPTIONS, check_name, check_task_name
 D = TypeVar("D")
 R = TypeVar("R")
 Handler = Callable[[Any], Any]
+EXECUTORS = frozenset({None, "thread", "process"})
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,13 @@ class Task(Generic[D, R]):
     tasks: Tasks
     defaults: EnqueueOptions = field(default_factory=lambda: EnqueueOptions())
     indexed: tuple[str, ...] = ()  # data fields the jobs are findable by (Queue.find)
+    # where the handler runs: None (async on the worker's loop, sync as the
+    # worker's `executor` says), "thread", or "process" (a child process)
+    executor: str | None = None
+    # a batch task's handler takes a list of jobs' data (worker/batches.py)
+    batch_size: int | None = None
+    batch_timeout: float = 1.0
+    size: int = 1  # units of a worker's capacity one job takes
 
     @functools.cached_property
     def is_async(self) -> bool:
@@ -119,6 +127,10 @@ class Tasks:
         *,
         name: str | None = None,
         indexed: tuple[str, ...] = (),
+        executor: str | None = None,
+        batch_size: int | None = None,
+        batch_timeout: float = 1.0,
+        size: int = 1,
         **defaults: Unpack[EnqueueOptions],
     ) -> Callable[[Callable[[D], R]], Task[D, R]]: ...
 
@@ -129,19 +141,45 @@ class Tasks:
         *,
         name: str | None = None,
         indexed: tuple[str, ...] = (),
+        executor: str | None = None,
+        batch_size: int | None = None,
+        batch_timeout: float = 1.0,
+        size: int = 1,
         **defaults: Any,
     ) -> Any:
-        """Register a handler (sync or async) under its name or `name`."""
+        """Register a handler (sync or async) under its name or `name`;
+        `executor="process"` runs it in the worker's child processes (see
+        the README's execution section), `"thread"` in its thread pool.
+        With `batch_size`, the handler takes a list of up to that many jobs'
+        data, gathered for at most `batch_timeout` s, and returns one result
+        (or exception instance) per job. `size`: how many units of a
+        worker's concurrency one job takes (a heavy job counts as several)."""
         unknown = set(defaults) - ENQUEUE_OPTIONS
         if unknown:
             raise UnknownOptionError(f"unknown task option(s): {sorted(unknown)}")
+        if executor not in EXECUTORS:
+            raise ConfigurationError("executor must be 'thread', 'process' or None")
+        if batch_size is not None and (batch_size < 1 or executor == "process"):
+            raise ConfigurationError("batch_size must be at least 1, and not with processes")
+        if not batch_timeout > 0:
+            raise ConfigurationError("batch_timeout must be > 0")
+        if size < 1:
+            raise ConfigurationError("size must be at least 1")
 
         def register(handler: Callable[[Any], Any]) -> Task[Any, Any]:
             task_name = check_task_name(name or handler.__name__)
             if task_name in self.handlers:
                 raise ConfigurationError(f"task {task_name!r} is registered twice")
             task: Task[Any, Any] = Task(
-                task_name, handler, self, cast(EnqueueOptions, defaults), tuple(indexed)
+                task_name,
+                handler,
+                self,
+                cast(EnqueueOptions, defaults),
+                tuple(indexed),
+                executor,
+                batch_size,
+                float(batch_timeout),
+                size,
             )
             self.handlers[task_name] = task
             return task

@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
@@ -125,6 +126,76 @@ def redis_url(url: str | None, stack: ExitStack) -> str:
     return embedded.url
 
 
+class Concurrency(click.ParamType):  # type: ignore[type-arg]  # generic in click 8.2+ only
+    name = "N|auto"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "auto" or isinstance(value, int):
+            return value
+        try:
+            number = int(value)
+        except ValueError:
+            self.fail(f"{value!r} is neither a number nor 'auto'", param, ctx)
+        if number < 1:
+            self.fail(f"{value!r} is not at least 1", param, ctx)
+        return number
+
+
+CONCURRENCY = Concurrency()
+
+
+def execution_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The worker's process execution options (README, "Execution")."""
+    options = [
+        click.option(
+            "--min",
+            "min_concurrency",
+            type=click.IntRange(min=1),
+            default=1,
+            help="With --concurrency auto: the fewest jobs at once.",
+        ),
+        click.option(
+            "--max",
+            "max_concurrency",
+            type=click.IntRange(min=1),
+            help="With --concurrency auto: the most [4 per CPU].",
+        ),
+        click.option(
+            "--executor",
+            type=click.Choice(["thread", "process"]),
+            default="thread",
+            show_default=True,
+            help="Where sync handlers without an executor of their own run.",
+        ),
+        click.option("--processes", type=click.IntRange(min=1), help="Child processes [CPUs]."),
+        click.option(
+            "--max-tasks-per-child",
+            type=click.IntRange(min=1),
+            help="Recycle a child after N jobs.",
+        ),
+        click.option(
+            "--max-memory-per-child",
+            type=click.IntRange(min=1),
+            help="MiB: recycle a child after a job took its peak RSS past it.",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def execution_settings(concurrency: int | str, options: dict[str, Any]) -> dict[str, Any]:
+    """WorkerSettings' fields from the concurrency and execution options."""
+    memory = options.pop("max_memory_per_child", None)
+    auto = concurrency == "auto"
+    return {
+        **options,
+        "concurrency": 10 if auto else concurrency,
+        "auto_concurrency": auto,
+        "max_memory_per_child": None if memory is None else memory << 20,
+    }
+
+
 class ConveyorGroup(click.Group):
     """The logging options work after a subcommand too (`conveyor worker app:tasks -v`)."""
 
@@ -161,7 +232,14 @@ def main(verbose: int, log_level: str | None, log_format: str) -> None:
 @main.command()
 @click.argument("target")
 @url_option
-@click.option("-c", "--concurrency", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option(
+    "-c",
+    "--concurrency",
+    type=CONCURRENCY,
+    default="10",
+    show_default=True,
+    help="Jobs at once, or 'auto': follow the CPU between --min and --max.",
+)
 @click.option(
     "--lease", type=click.FloatRange(min=0.2), default=30.0, show_default=True,
     help="Lease length, seconds.",
@@ -191,10 +269,11 @@ def main(verbose: int, log_level: str | None, log_format: str) -> None:
     show_default=True,
     help="Keep the queue's metrics history in Redis.",
 )
+@execution_options
 def worker(
     target: str,
     url: str | None,
-    concurrency: int,
+    concurrency: int | str,
     lease: float,
     grace: float,
     burst: bool,
@@ -202,6 +281,7 @@ def worker(
     failures: bool,
     metrics_port: int | None,
     metrics_history: bool,
+    **execution: Any,
 ) -> None:
     """Run a worker for the tasks at TARGET (module:attribute)."""
     tasks = load_tasks(target)
@@ -211,11 +291,11 @@ def worker(
         names, weights = parse_queues(queues)
         served = tasks_of_queues(target, tasks, names)
     settings = WorkerSettings(
-        concurrency=concurrency,
         lease=lease,
         grace=grace,
         burst=burst,
         failures=failures,
+        **execution_settings(concurrency, execution),
         metrics=metrics_history,
         weights=weights,
     )
@@ -349,6 +429,23 @@ def enqueue(
             _check_task_runs(q, task)
         done = q.enqueue(task, payload, **{k: v for k, v in options.items() if v is not None})
         click.echo(json.dumps({"id": done.id, "outcome": done.outcome, "state": done.state}))
+
+
+@main.command()
+@click.argument("queue")
+@click.argument("job_id")
+@url_option
+def abort(queue: str, job_id: str, url: str | None) -> None:
+    """Abort job JOB_ID: cancel it if it has not started, else have its
+    worker stop it (it fails with AbortedError). Prints what happened."""
+    with ExitStack() as stack, Queue(queue, url=redis_url(url, stack)) as q:
+        what = q.abort(job_id)
+    click.echo(json.dumps({"id": job_id, "outcome": what}))
+    if what in ("missing", "refused"):
+        raise SystemExit(1)
+
+
+PASS_ON = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
 
 
 def _priority(given: str | None) -> int | str | None:

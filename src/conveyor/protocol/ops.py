@@ -23,7 +23,7 @@ NEW_ARITY = 3  # enqueue_new's ARGV entries per job: id, task, data
 # One job of an enqueue_new call: (id, task, data).
 NewJob = tuple[str, str, str]
 # Fields per job in the claim script's reply (see claim.lua).
-CLAIM_ARITY = 15
+CLAIM_ARITY = 17
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +97,8 @@ class JobSpec:
     given_id: bool = True
     # headers that travel with the job (trace context): compact JSON text, or ''
     headers: str = ""
+    # opts lines of the version 4 job semantics (expire_in, dedup ...), rare
+    extra: tuple[str, ...] = ()
 
     def argv(self) -> tuple[Arg, ...]:
         index = "\n".join(f"{field}:{value}" for field, value in self.index) if self.index else ""
@@ -106,6 +108,7 @@ class JobSpec:
         """What differs from the defaults, as enqueue.lua's `opts` lines."""
         if (
             not self.given_id
+            and not self.extra
             and self.delay_ms is None
             and self.run_at_ms is None
             and not self.lifo
@@ -146,6 +149,7 @@ class JobSpec:
             opts.extend(self.rules.options())
         if self.given_id:
             opts.append("given=1")
+        opts.extend(self.extra)
         return "\n".join(opts)
 
 
@@ -175,6 +179,8 @@ class ClaimedJob:
     created_at_ms: int | None
     schedule: str | None = None  # the schedule id of a repeatable job's tick
     headers: str | None = None  # JSON text of the headers given at enqueue
+    checkpoint: bytes | None = None  # the saved resumable state (JSON), §16.7
+    expires_at_ms: int | None = None  # claimed at or past it: fail it unrun, §16.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +233,12 @@ def _int(value: Any) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return None
+
+
+def _bytes(value: Any) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    return str(value).encode()
 
 
 def _optional_ms(value: Any) -> int | None:
@@ -326,6 +338,8 @@ def decode_claim(reply: Sequence[Any]) -> ClaimReply:
                 created_at_ms=_int(f[12]),
                 schedule=None if f[13] is None else text(f[13]),
                 headers=None if f[14] is None else text(f[14]),
+                checkpoint=_bytes(f[15]),
+                expires_at_ms=_int(f[16]),
             )
         )
     return ClaimReply(int(reply[0]), _optional_ms(reply[1]), jobs, int(reply[2]) == 1)
@@ -432,7 +446,25 @@ def heartbeat(
 
 def decode_heartbeat(reply: Sequence[Any]) -> list[str]:
     """The ids whose lease was lost."""
-    return [text(x) for x in reply[1:]]
+    return split_heartbeat(reply)[0]
+
+
+def split_heartbeat(reply: Sequence[Any]) -> tuple[list[str], list[str]]:
+    """(ids whose lease was lost, ids held and asked to abort): the second
+    list follows an empty entry (job ids are never empty)."""
+    ids = [text(x) for x in reply[1:]]
+    if "" not in ids:
+        return ids, []
+    cut = ids.index("")
+    return ids[:cut], ids[cut + 1 :]
+
+
+def abort(keys: QueueKeys, job_id: str, *, events_maxlen: int) -> Call:
+    return Call(
+        "abort",
+        (keys.base, keys.ready, keys.scheduled, keys.blocked, keys.events),
+        (job_id, events_maxlen),
+    )
 
 
 def progress(keys: QueueKeys, *, job_id: str, token: str, value: float, events_maxlen: int) -> Call:
@@ -469,8 +501,10 @@ def limits(
     concurrency: int | None = None,
     rate: int | None = None,
     window_ms: int | None = None,
+    max_waiting: int | None = None,
 ) -> Call:
-    """Set queue or group limits, or pause / resume a group; see limits.lua."""
+    """Set queue, group or concurrency key limits, or pause / resume a group;
+    see limits.lua."""
 
     def given(value: int | None) -> Arg:
         return "" if value is None else value
@@ -478,7 +512,7 @@ def limits(
     return Call(
         "limits",
         (keys.base, keys.meta, keys.groups, keys.gwait, keys.marker),
-        (what, group, given(concurrency), given(rate), given(window_ms)),
+        (what, group, given(concurrency), given(rate), given(window_ms), given(max_waiting)),
     )
 
 
@@ -523,4 +557,46 @@ def remove(keys: QueueKeys, job_id: str, *, events_maxlen: int) -> Call:
         (keys.base, keys.ready, keys.scheduled, keys.completed, keys.failed, keys.blocked,
          keys.events),
         (job_id, events_maxlen),
+    )  # fmt: skip
+
+
+def rate_limited(
+    keys: QueueKeys,
+    leases: Sequence[tuple[str, str]],
+    *,
+    wait_ms: int,
+    scope: str,
+    events_maxlen: int,
+) -> Call:
+    """Give (id, token) leases back unpunished and hold the queue or their
+    groups `wait_ms` (rate_limited.lua)."""
+    args: list[Arg] = [events_maxlen, wait_ms, scope]
+    for job_id, token in leases:
+        args.extend((job_id, token))
+    return Call(
+        "rate_limited",
+        (keys.base, keys.active, keys.ready, keys.scheduled, keys.marker, keys.events,
+         keys.blocked, keys.meta, keys.groups, keys.gwait),
+        tuple(args),
+    )  # fmt: skip
+
+
+def checkpoint(keys: QueueKeys, *, job_id: str, token: str, state: str) -> Call:
+    """Save a running job's resumable state (checkpoint.lua)."""
+    return Call("checkpoint", (keys.base,), (job_id, token, state))
+
+
+def defer(
+    keys: QueueKeys, items: Sequence[tuple[str, str, int, str]], *, events_maxlen: int
+) -> Call:
+    """Move running jobs back, (id, token, delay_ms, checkpoint or ''), no
+    attempt counted (defer.lua)."""
+    args: list[Arg] = [events_maxlen]
+    for job_id, token, delay_ms, state in items:
+        args.extend((job_id, token, delay_ms, state))
+    return Call(
+        "defer",
+        (keys.base, keys.active, keys.ready, keys.scheduled, keys.marker, keys.events,
+         keys.blocked),
+        tuple(args),
     )  # fmt: skip

@@ -23,9 +23,18 @@ def schedule(
     every_ms: int | None,
     template: JobSpec,
     events_maxlen: int,
+    tz: str | None = None,
+    start_ms: int | None = None,
+    end_ms: int | None = None,
+    limit: int | None = None,
 ) -> Call:
-    """Create or replace a repeatable job; see schedule.lua."""
+    """Create or replace a repeatable job; see schedule.lua (tz, start, end
+    and limit: docs/protocol.md §16.6)."""
     t = template
+
+    def given(value: str | int | None) -> str | int:
+        return "" if value is None else value
+
     return Call(
         "schedule",
         _schedule_keys(keys),
@@ -33,7 +42,7 @@ def schedule(
             events_maxlen, schedule_id, first_tick_ms, cron or "",
             "" if every_ms is None else every_ms, t.task, t.data, t.priority, t.max_failures,
             t.max_stalls, t.min_backoff_ms, t.max_backoff_ms, t.timeout_ms, t.result_ttl_ms,
-            t.group,
+            t.group, given(tz), given(start_ms), given(end_ms), given(limit),
         ),
     )  # fmt: skip
 

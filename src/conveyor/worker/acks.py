@@ -13,11 +13,11 @@ from conveyor.client.core import QueueCore
 from conveyor.client.transport import AsyncRunner
 from conveyor.errors import ConnectionLostError
 from conveyor.protocol import ops
-from conveyor.worker.execution import Failure, Success
+from conveyor.worker.execution import Deferred, Ended, Failure, Limited, Success
 
 log = logging.getLogger("conveyor.worker")
 
-Outcome = tuple[str, str, Success | Failure]  # id, token, outcome
+Outcome = tuple[str, str, Ended]  # id, token, outcome
 
 
 class AckBuffer:
@@ -38,7 +38,7 @@ class AckBuffer:
         self._idle = asyncio.Event()
         self._idle.set()
 
-    def add(self, job_id: str, token: str, outcome: Success | Failure) -> None:
+    def add(self, job_id: str, token: str, outcome: Ended) -> None:
         self._pending.append((job_id, token, outcome))
         self._idle.clear()
         self._wake.set()
@@ -103,13 +103,37 @@ class AckBuffer:
             for i, t, o in batch
             if isinstance(o, Failure)
         ]
+        limited = [(i, t, o) for i, t, o in batch if isinstance(o, Limited)]
+        deferred = [
+            (i, t, o.delay_ms, o.checkpoint) for i, t, o in batch if isinstance(o, Deferred)
+        ]
         maxlen = self.core.settings.events_maxlen
         calls = []
         if done:
             calls.append(ops.complete(self.core.keys, done, events_maxlen=maxlen))
         if failed:
             calls.append(ops.fail(self.core.keys, failed, events_maxlen=maxlen))
+        for job_id, token, o in limited:  # rare: one call each
+            calls.append(
+                ops.rate_limited(
+                    self.core.keys,
+                    [(job_id, token)],
+                    wait_ms=o.wait_ms,
+                    scope=o.scope,
+                    events_maxlen=maxlen,
+                )  # fmt: skip
+            )
+        if deferred:
+            calls.append(ops.defer(self.core.keys, deferred, events_maxlen=maxlen))
         replies = await self.runner.run_many(calls)
+        if deferred:
+            replies, moved = replies[:-1], replies[-1]
+            for (job_id, *_), ok in zip(deferred, moved, strict=True):
+                self.on_written(job_id, "deferred" if int(ok) == 1 else "lost")
+        if limited:
+            replies, given_back = replies[: len(calls) - len(limited)], replies[-len(limited) :]
+            for (job_id, _, _), reply in zip(limited, given_back, strict=True):
+                self.on_written(job_id, "rate_limited" if list(reply) == [1] else "lost")
         if done:
             for (job_id, _, _), ok in zip(done, ops.decode_complete(replies[0]), strict=True):
                 self.on_written(job_id, "completed" if ok else "lost")

@@ -6,6 +6,8 @@ def resize(data):
     job = current_job()
     job.progress(3, 10)     # or job.progress(0.3)
     job.log("resized 3 of 10")  # the job's own log
+    if job.cancelled:       # timed out, aborted, lease lost: stop early
+        return
 """
 
 from __future__ import annotations
@@ -17,8 +19,11 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol, TypeVar
 
+from conveyor import serializers
 from conveyor.client.flows import ChildrenResults, FlowEnqueued, FlowJob
 from conveyor.errors import ConveyorError, ValidationError
+
+CHECKPOINT_MAX = 64 * 1024
 
 T = TypeVar("T")
 
@@ -53,12 +58,20 @@ class JobContext:
     worker_id: str
     report_progress: Callable[[JobContext, float], None] = field(repr=False)
     lost: bool = False
+    # Set when the run is to stop: its timeout passed, its lease was lost, it
+    # was aborted, or the worker stops. Async handlers are cancelled and
+    # process handlers terminated as well; a sync handler on a thread cannot
+    # be stopped from outside, so a long one should check this flag and return.
+    cancelled: bool = False
     waited: float | None = None  # s from enqueue to start, first attempts; set for hooks
     report_log: Callable[[JobContext, list[str]], None] | None = field(default=None, repr=False)
     headers: dict[str, str] | None = None  # given at enqueue (trace context, say)
     # flows: read children, add some, wait for them; run on the worker's event loop
     flows: FlowAccess | None = field(default=None, repr=False)
     loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
+    # the resumable state the last run saved (None: start from the beginning), §16.7
+    checkpoint: Any = None
+    report_checkpoint: Callable[[JobContext, str], None] | None = field(default=None, repr=False)
 
     def progress(self, done: float, total: float | None = None) -> None:
         """Report progress as a fraction, or as `done` out of `total`."""
@@ -122,6 +135,18 @@ class JobContext:
         outcome = self._in_worker_loop(self._flows().wait(self), "wait_for_children")
         self.lost = True
         raise WaitingForChildren(f"job {self.id}: {outcome}")
+
+    def save_checkpoint(self, state: Any) -> None:
+        """Save a small JSON state with the job (at most 64 KiB): a later run of
+        it (after a crash, a deploy, a retry or ResumeLater) starts with
+        `current_job().checkpoint` = this state. A sync handler waits for the
+        write; an async one goes on, and the write lands before its outcome."""
+        text = serializers.dumps(state, what="the checkpoint")
+        if len(text) * 4 > CHECKPOINT_MAX and len(text.encode()) > CHECKPOINT_MAX:
+            raise ValidationError(f"a checkpoint is at most {CHECKPOINT_MAX} bytes of JSON")
+        self.checkpoint = state
+        if self.report_checkpoint is not None:
+            self.report_checkpoint(self, text)
 
 
 def _fraction(done: float, total: float | None) -> float:

@@ -40,6 +40,7 @@ class Heartbeat(threading.Thread):
         info: Callable[[], str],
         leases: Leases,
         on_lost: Callable[[list[str]], None],
+        on_aborted: Callable[[list[str]], None] = lambda ids: None,
         reap_batch: int = 100,
         on_reaped: Callable[[int, int], None] | None = None,
         after_beat: Callable[[SyncRunner], None] | None = None,
@@ -53,6 +54,7 @@ class Heartbeat(threading.Thread):
         self.info = info
         self.leases = leases
         self.on_lost = on_lost
+        self.on_aborted = on_aborted  # held jobs a client aborted (abort.lua)
         self.reap_batch = reap_batch
         self.on_reaped = on_reaped  # (recovered, failed) by this worker's reaper
         self.after_beat = after_beat  # e.g. the metrics flush, on the beat's connection
@@ -113,7 +115,9 @@ class Heartbeat(threading.Thread):
             info=self.info(),
             leases=self.leases(),
         )
-        lost = ops.decode_heartbeat(self.runner.run(call))
+        lost, aborted = ops.split_heartbeat(self.runner.run(call))
+        if aborted:
+            self.on_aborted(aborted)
         if lost:
             self.on_lost(lost)
 

@@ -14,25 +14,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
+import types
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from conveyor import serializers
 from conveyor.client.aio import AsyncQueue
 from conveyor.client.tasks import Task
-from conveyor.errors import ConnectionLostError, ConveyorError
+from conveyor.errors import ConnectionLostError, ConveyorError, LeaseLostError, expired_error
 from conveyor.hooks import Hooks
 from conveyor.hooks import call as call_hooks
 from conveyor.hooks import failed as hook_failed
 from conveyor.protocol import observe, ops
 from conveyor.worker.acks import AckBuffer
+from conveyor.worker.batches import Batches
 from conveyor.worker.context import JobContext
-from conveyor.worker.execution import Failure, Outcome, Running, Success, execute
+from conveyor.worker.execution import (
+    Failure,
+    Outcome,
+    Running,
+    Success,
+    aborted_failure,
+    execute,
+)
 from conveyor.worker.policy import policies, policy_call
+from conveyor.worker.processes import PoolSettings, ProcessPool, needs_processes
 from conveyor.worker.steps import WorkerFlows
+from conveyor.worker.watchdog import LoopWatchdog
 
 log = logging.getLogger("conveyor.worker")
 
@@ -78,6 +90,10 @@ class Inbox:
             self._waking = False
         return self._jobs.popleft()
 
+    @property
+    def waiting(self) -> int:
+        return len(self._jobs)
+
     def take_all(self) -> list[Running]:
         jobs = list(self._jobs)
         self._jobs.clear()
@@ -97,10 +113,17 @@ class JobPool:
         lease: float,
         freed: asyncio.Event,
         hooks: Hooks | None = None,
+        processes: PoolSettings | None = None,
+        capacity: Callable[[], int] | None = None,
         on_handed_off: Callable[[], None] | None = None,
     ) -> None:
         self.held: dict[str, Running] = {}
         self.in_flight = 0  # accepted and not finished yet
+        self.extra_units = 0  # what the held jobs of tasks with a size > 1 take beyond 1 each
+        self._started_extra = 0  # the same, of the started ones
+        self._gated = 0  # heavy jobs waiting for room (_room_for)
+        self._room = asyncio.Event()
+        self._capacity = capacity or (lambda: concurrency)
         self.processed = 0
         self.failed = 0
         self._queue = queue
@@ -121,6 +144,25 @@ class JobPool:
         self._loop = asyncio.get_running_loop()
         self._flows = WorkerFlows(queue)
         self._tasks: list[asyncio.Task[None]] = []
+        self._watchdog = LoopWatchdog(
+            self._loop,
+            handlers=_loop_handlers(handlers),
+            busy=lambda: self.in_flight > 0,
+            execute_code=execute.__code__,
+        )
+        processes = processes or PoolSettings(size=os.cpu_count() or 1)
+        self.processes = (
+            ProcessPool(processes, on_progress=self._progress)
+            if needs_processes(handlers, processes)
+            else None
+        )
+
+        self._batches = Batches(self._executor, self._settle)
+
+    async def open(self) -> None:
+        """Start the child processes, if any handler runs in one."""
+        if self.processes is not None:
+            self.processes.start()
 
     def start(self, on_died: Callable[[asyncio.Task[None]], None]) -> None:
         """Start the runners and the ack writer; `on_died` if one ends."""
@@ -128,12 +170,22 @@ class JobPool:
         self._tasks = [asyncio.create_task(c) for c in [*runners, self._acks.run()]]
         for task in self._tasks:
             task.add_done_callback(on_died)
+        self._watchdog.start()
 
     async def close(self) -> None:
+        self._watchdog.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._batches.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
+        if self.processes is not None:
+            await self.processes.close()
+
+    @property
+    def load(self) -> int:
+        """The capacity the held leases take, in units of task size."""
+        return len(self.held) + self.extra_units
 
     async def outcomes_written(self) -> None:
         """Wait until every outcome handed to the ack writer is in Redis."""
@@ -175,6 +227,12 @@ class JobPool:
                 data = serializers.loads(claimed.data or b"")
             except ValueError as exc:  # UnicodeDecodeError and deep nesting included
                 problem = f"UndecodableDataError: job data is not JSON: {exc}"
+        if (
+            claimed.expires_at_ms is not None
+            and now_ms is not None
+            and claimed.expires_at_ms <= now_ms
+        ):
+            problem = expired_error(claimed.expires_at_ms)  # not run: failed for good (§16.2)
         timeout_ms = claimed.timeout_ms or 0
         ctx = JobContext(
             id=claimed.id,
@@ -189,6 +247,12 @@ class JobPool:
             flows=self._flows,
             loop=self._loop,
         )
+        if claimed.checkpoint is not None:  # resume where the last run saved (§16.7)
+            try:
+                ctx.checkpoint = serializers.loads(claimed.checkpoint)
+            except ValueError as exc:
+                problem = problem or f"UndecodableCheckpointError: not JSON: {exc}"
+        ctx.report_checkpoint = self._checkpoint
         if claimed.headers:
             ctx.headers = _headers(claimed.headers)
         created = claimed.created_at_ms
@@ -202,8 +266,14 @@ class JobPool:
         running = Running(ctx, timeout_ms / 1000 if timeout_ms > 0 else None, handler, problem)
         self.held[claimed.id] = running
         self.in_flight += 1
+        if handler is not None and handler.size > 1:
+            running.extra = handler.size - 1
+            self.extra_units += running.extra
         self._all_done.clear()
-        self._inbox.put(running)
+        if handler is not None and handler.batch_size is not None:
+            self._batches.put(running)
+        else:
+            self._inbox.put(running)
 
     async def _run_jobs(self) -> None:
         """One runner: take jobs from the inbox and run them, one at a time."""
@@ -211,13 +281,16 @@ class JobPool:
         while True:
             running = await inbox.get()
             try:
+                if running.extra:  # a heavy job: it starts when its size fits
+                    inbox.hand_on()
+                    await self._room_for(running)
                 if running.ctx.id in self._policy_calls:
                     await self._apply_policy(running)
                 if not running.ctx.lost:  # its lease may have gone while it waited
                     if self._hooks.on_run:
                         outcome = await self._execute_hooked(running)
                     else:
-                        outcome = await execute(running, self._executor, inbox.hand_on)
+                        outcome = await self._execute(running)
                     if running.pending:  # progress writes first, or the ended run refuses them
                         inbox.hand_on()
                         await asyncio.gather(*running.pending, return_exceptions=True)
@@ -228,9 +301,19 @@ class JobPool:
                 self._drop(running.ctx.id)
             finally:
                 self.in_flight -= 1
+                if running.extra:
+                    self.extra_units -= running.extra
+                    self._started_extra -= running.extra
                 self._freed.set()
+                if self._gated:
+                    self._room.set()
                 if not self.in_flight:
                     self._all_done.set()
+
+    def _execute(self, running: Running) -> Coroutine[Any, Any, Outcome]:
+        return execute(
+            running, self._executor, self._inbox.hand_on, self._watchdog.stalls, self.processes
+        )
 
     async def _apply_policy(self, running: Running) -> None:
         """Give the job its task's options where it carries none (policy.py)."""
@@ -251,7 +334,7 @@ class JobPool:
         if hooks.before_run:
             call_hooks(hooks.before_run, ctx)
         started = time.perf_counter()
-        outcome = await execute(running, self._executor, self._inbox.hand_on)
+        outcome = await self._execute(running)
         duration = time.perf_counter() - started
         if type(outcome) is Success:
             for method in hooks.after_success:  # the common case, without call_hooks' layer
@@ -267,6 +350,38 @@ class JobPool:
         else:
             call_hooks(hooks.after_stopped, ctx, duration=duration)
         return outcome
+
+    async def _room_for(self, running: Running) -> None:
+        """Wait until the started jobs leave room for this one's size (or none
+        runs): the claim loop counts sizes, this keeps a claim's last heavy
+        job from starting beside more than the capacity."""
+        self._gated += 1
+        try:
+            while True:
+                started = self.in_flight - self._inbox.waiting - self._gated + self._started_extra
+                if started <= 0 or started + 1 + running.extra <= self._capacity():
+                    break
+                self._room.clear()
+                await self._room.wait()
+        finally:
+            self._gated -= 1
+        self._started_extra += running.extra
+
+    def _settle(self, running: Running, outcome: Outcome) -> None:
+        """A batch call ended for this job: its outcome to write (or none, its
+        lease lost), and its slot free."""
+        if outcome is not None:
+            running.ended = True
+            self._acks.add(running.ctx.id, running.ctx.token, outcome)
+        else:
+            self._drop(running.ctx.id)
+        self.in_flight -= 1
+        self.extra_units -= running.extra
+        self._freed.set()
+        if self._gated:
+            self._room.set()
+        if not self.in_flight:
+            self._all_done.set()
 
     def _written(self, job_id: str, what: str) -> None:
         """An outcome reached Redis (or was given up): stop holding the lease."""
@@ -307,10 +422,25 @@ class JobPool:
             if running is None or running.ended:  # the ack's reply says whether it counted
                 continue
             log.warning("job %s: lease lost (expired or taken over); stopping it", job_id)
-            running.ctx.lost = True
+            running.ctx.lost = running.ctx.cancelled = True
             if running.scope is not None:
                 running.scope.reschedule(self._loop.time())
             call_hooks(self._hooks.on_lease_lost, running.ctx)
+
+    def abort(self, ids: list[str]) -> None:
+        """Clients aborted these jobs (abort.lua): stop them; each run then
+        fails for good with AbortedError once its code has stopped."""
+        for job_id in ids:
+            running = self.held.get(job_id)
+            if running is None or running.ended or running.aborted:
+                continue  # done already (its outcome is on its way), or told before
+            log.warning("job %s: aborted by a client; stopping it", job_id)
+            running.aborted = running.ctx.cancelled = True
+            if running.scope is not None:  # running: cancel it (a child is terminated)
+                running.scope.reschedule(self._loop.time())
+            elif running.thread is None:  # not started: it never will
+                failure = aborted_failure()
+                running.problem = failure.error
 
     def _progress(self, ctx: JobContext, fraction: float) -> None:
         core = self._queue.core
@@ -345,13 +475,30 @@ class JobPool:
         if running is not None:
             running.pending.append(task)
 
+    def _checkpoint(self, ctx: JobContext, state: str) -> None:
+        """Save a handler's checkpoint: a sync handler (in a pool thread) waits
+        for the write and learns of a lost lease; an async one goes on (the
+        write lands before its outcome, which is written after it)."""
+        call = ops.checkpoint(self._queue.core.keys, job_id=ctx.id, token=ctx.token, state=state)
+        if _in_a_thread():
+            future = asyncio.run_coroutine_threadsafe(self._queue.runner.run(call), self._loop)
+            if int(future.result(timeout=self._lease)) != 1:
+                raise LeaseLostError(f"job {ctx.id}: lease lost; checkpoint not saved")
+            return
+        task = asyncio.ensure_future(self._queue.runner.run(call))
+        task.add_done_callback(log_failure)
+        running = self.held.get(ctx.id)
+        if running is not None:
+            running.pending.append(task)
+
     # --- shutdown ----------------------------------------------------------------------
 
     async def shut_down(self, *, grace: float, hard_stop: asyncio.Event) -> None:
         """Give back what never started, let running jobs finish within the
         grace period, give back the rest at once, write every outcome."""
-        unstarted = self._inbox.take_all()
+        unstarted = self._inbox.take_all() + self._batches.take_all()
         self.in_flight -= len(unstarted)
+        self.extra_units -= sum(r.extra for r in unstarted)
         await self._release(unstarted, started=False)
         if self.in_flight:
             waiting = asyncio.create_task(self._all_done.wait())
@@ -362,7 +509,7 @@ class JobPool:
         leftovers = [r for r in self.held.values() if not r.ctx.lost and r.scope is not None]
         now = self._loop.time()
         for running in leftovers:
-            running.ctx.lost = True  # its writes are dropped: it goes back to the queue
+            running.ctx.lost = running.ctx.cancelled = True  # writes dropped: back to the queue
             if running.scope is not None:
                 running.scope.reschedule(now)
         await self._release(leftovers, started=True)
@@ -385,6 +532,16 @@ class JobPool:
         log.info("gave back %d unfinished job(s)", len(leases))
 
 
+def _loop_handlers(handlers: dict[str, Task[Any, Any]]) -> dict[types.CodeType, str]:
+    """The code of each async handler (run on the loop), to name a blocker by."""
+    codes = {}
+    for name, task in handlers.items():
+        code = getattr(task.fn, "__code__", None)
+        if task.is_async and isinstance(code, types.CodeType):
+            codes[code] = name
+    return codes
+
+
 def _headers(text: str) -> dict[str, str] | None:
     try:
         headers = serializers.loads(text)
@@ -396,3 +553,12 @@ def _headers(text: str) -> dict[str, str] | None:
 def log_failure(future: Any) -> None:
     if not future.cancelled() and future.exception() is not None:
         log.warning("a write to Redis in the background failed: %s", future.exception())
+
+
+def _in_a_thread() -> bool:
+    """True in a sync handler's pool thread (no running event loop)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return True
+    return False

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -26,6 +28,9 @@ from conveyor.worker.courier import Courier
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.metrics import MetricsRecorder
 from conveyor.worker.pool import JobPool
+from conveyor.worker.waiting import Blocker
+
+log = logging.getLogger("conveyor.worker")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -135,3 +140,67 @@ def merge_replies(replies: Sequence[ops.ClaimReply]) -> ops.ClaimReply:
         jobs=[],
         held=any(r.held for r in replies),
     )
+
+
+class Turns:
+    """The claim loop's side of several queues: the claims of a turn, the
+    one wait across every queue, and a wake handed on."""
+
+    def __init__(self, lanes: Sequence[Lane], weights: Sequence[int], worker_id: str) -> None:
+        self._lanes = lanes
+        self._order = ClaimOrder(len(lanes), weights)
+        keys = [lane.queue.core.keys for lane in lanes]
+        self._markers = [k.marker for k in keys]
+        self._wakes = [k.wake(worker_id) for k in keys]
+        self._woken_by: int | None = None  # the lane whose marker ended the last wait
+
+    async def claim(
+        self,
+        count: int,
+        claim: Callable[[int, Lane], Awaitable[ops.ClaimReply]],
+        held_back: Callable[[ops.ClaimReply], bool],
+    ) -> ops.ClaimReply:
+        """Claim from the first queue, in this turn's order, that has jobs
+        (one claim call per queue tried: an empty queue ahead in the order
+        costs one call per batch). A reply `held_back` (a suspect waits for
+        the worker to be idle) stops the turn: no later queue is claimed."""
+        turn = self._order.turn()
+        woken, self._woken_by = self._woken_by, None
+        empty: list[ops.ClaimReply] = []
+        for tried, index in enumerate(turn):
+            reply = await claim(count, self._lanes[index])
+            if reply.jobs:
+                self._order.claimed(index, len(reply.jobs), turn[:tried])
+            elif not held_back(reply):
+                empty.append(reply)
+                continue
+            if woken is not None and woken not in turn[: tried + 1]:
+                await self._hand_on_wake(self._lanes[woken])
+            return reply
+        return merge_replies(empty)
+
+    async def _hand_on_wake(self, lane: Lane) -> None:
+        """Our wait took this queue's marker, but the claims went to a queue
+        before it: set the marker again, so another idle worker of the queue
+        wakes for the work that set it (claim.lua would have, had we claimed
+        there), rather than it waiting for a slot of ours."""
+        try:
+            await lane.queue.client.zadd(lane.queue.core.keys.marker, {"0": 0})
+        except redis.RedisError:  # the next claim of any worker of the queue finds the job
+            log.debug("could not hand on the wake marker of %s", lane.queue.name)
+
+    async def block(
+        self, blocker: Blocker, timeout: float, woken: Callable[[Lane, Any], None]
+    ) -> Any:
+        """One BZPOPMIN over every queue's marker and our wake key in each
+        (all in one slot on a Cluster: check_queues), with no claim behind
+        it: the turn's order, not the queue that woke us, decides where the
+        next claim goes. `woken` reads what was written to a wake key."""
+        popped = await blocker.bzpopmin(*self._markers, *self._wakes, timeout)
+        if popped and not isinstance(popped, Exception):  # [key, member, score]
+            key = ops.text(popped[0])
+            markers, wakes = self._markers, self._wakes
+            self._woken_by = markers.index(key) if key in markers else None
+            if key in wakes:  # a stop, or a client's abort of a job of that queue
+                woken(self._lanes[wakes.index(key)], popped)
+        return popped

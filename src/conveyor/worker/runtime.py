@@ -15,7 +15,7 @@ import random
 import signal
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,9 @@ from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.metrics import MetricsRecorder
 from conveyor.worker.pipelines import drive_pipeline
 from conveyor.worker.pool import JobPool, log_failure
-from conveyor.worker.queues import ClaimOrder, Lane, check_queues, merge_replies
+from conveyor.worker.processes import PoolSettings
+from conveyor.worker.queues import Lane, Turns, check_queues
+from conveyor.worker.tuning import AutoConcurrency, Controller
 from conveyor.worker.waiting import Blocker, advance
 
 log = logging.getLogger("conveyor.worker")
@@ -59,6 +61,19 @@ class WorkerSettings:
     metrics: bool = True  # keep the queue's metrics history (conveyor.metrics)
     idle_wait: float = 5.0  # longest single block on Redis when idle; burst's horizon
     promote_batch: int = 1000
+    # process execution (README, "Execution"): where sync handlers without an
+    # executor of their own run ("thread" or "process"), and the child pool
+    executor: str = "thread"
+    processes: int | None = None  # children; default: the CPU count
+    max_tasks_per_child: int | None = None  # recycle a child after this many jobs
+    max_memory_per_child: int | None = None  # bytes: recycle after a job took its RSS past it
+
+    # --concurrency auto (worker/tuning.py): the limit follows the CPU, from
+    # min_concurrency up to max_concurrency (default: the larger of
+    # `concurrency` and 4 per CPU)
+    auto_concurrency: bool = False
+    min_concurrency: int = 1
+    max_concurrency: int | None = None
     # several queues: none for strict order, else one weight per queue
     # (claims shared in proportion while every queue has jobs)
     weights: tuple[int, ...] = ()
@@ -66,10 +81,25 @@ class WorkerSettings:
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ConfigurationError("concurrency must be at least 1")
+        if not 1 <= self.min_concurrency <= self.most_concurrency:
+            raise ConfigurationError("need 1 <= min_concurrency <= max_concurrency")
+        if self.executor not in ("thread", "process"):
+            raise ConfigurationError("executor must be 'thread' or 'process'")
+        for name in ("processes", "max_tasks_per_child", "max_memory_per_child"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigurationError(f"{name} must be at least 1")
         if any(not isinstance(w, int) or w < 1 for w in self.weights):
             raise ConfigurationError(f"queue weights must be whole numbers >= 1: {self.weights}")
         if self.lease < 0.2:
             raise ConfigurationError("lease must be at least 0.2 s")
+
+    @property
+    def most_concurrency(self) -> int:
+        """The most jobs this worker ever runs at once."""
+        if not self.auto_concurrency:
+            return self.concurrency
+        return self.max_concurrency or max(self.concurrency, 4 * (os.cpu_count() or 1))
 
     @property
     def beat_every(self) -> float:
@@ -98,14 +128,16 @@ class Worker:
         self.id = f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
         self._started = time.time()
         self._lanes: list[Lane] = []
-        self._order = ClaimOrder(len(self.queues), self.settings.weights)
-        self._woken_by: int | None = None  # the lane whose marker ended the last wait
+        self._jobs: JobPool | None = None  # the first (or only) queue's, as tests read it
         self._stopping = False
         self._hard_stop = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._wait_task: asyncio.Task[Any] | None = None
         self._wake_task: asyncio.Future[None] | None = None
         self._suspect: str | None = None  # a job that stalled before, running here
+        self._auto = self._auto_concurrency()
+        sizes = [t.size for tasks in self.queues for t in self._handlers(tasks).values()]
+        self._largest = max([1, *sizes])
         self._side_tasks: set[asyncio.Future[Any]] = set()
 
     # --- public ----------------------------------------------------------------
@@ -146,7 +178,9 @@ class Worker:
     async def run(self) -> None:
         self._lanes = [self._open_lane(tasks) for tasks in self.queues]
         first = self._lanes[0]
+        self._turns = Turns(self._lanes, self.settings.weights, self.id)
         self._queue = first.queue  # its wake key ends the idle wait (stop)
+        self._jobs = first.jobs
         # on a cluster, every connection follows the queue's slot (queue.route);
         # several queues share it (check_queues), so one blocking wait serves all
         route = first.queue.route
@@ -197,10 +231,12 @@ class Worker:
             queue,
             worker_id=self.id,
             handlers=handlers,
-            concurrency=self.settings.concurrency,
+            concurrency=self.settings.most_concurrency,
             lease=self.settings.lease,
             freed=self._slot_freed,
             hooks=hooks,
+            processes=self._pool_settings(),
+            capacity=self._capacity if len(self.queues) == 1 else self._capacity_beside(queue.name),
             on_handed_off=None if courier is None else courier.nudge,
         )
         beat_wire = None if endpoint is None else SyncWire(endpoint)
@@ -212,7 +248,33 @@ class Worker:
             recorder=recorder, sync_client=sync_client, beat_wire=beat_wire,
         )  # fmt: skip
 
+    def _capacity_beside(self, name: str) -> Callable[[], int]:
+        """Several queues: the capacity a queue's pool may fill, the worker's
+        less what the other queues' held jobs take (one budget for all)."""
+
+        def capacity() -> int:
+            others = sum(lane.jobs.load for lane in self._lanes if lane.queue.name != name)
+            return self._capacity() - others
+
+        return capacity
+
     # --- set-up ------------------------------------------------------------------
+
+    def _auto_concurrency(self) -> AutoConcurrency | None:
+        s = self.settings
+        if not s.auto_concurrency:
+            return None
+        controller = Controller(low=s.min_concurrency, high=s.most_concurrency)
+        return AutoConcurrency(controller, lambda: self._in_flight)
+
+    def _pool_settings(self) -> PoolSettings:
+        s = self.settings
+        return PoolSettings(
+            size=s.processes or os.cpu_count() or 1,
+            max_tasks_per_child=s.max_tasks_per_child,
+            max_memory_per_child=s.max_memory_per_child,
+            runs_sync=s.executor == "process",
+        )
 
     async def _connect(self, queue: AsyncQueue, tasks: Tasks) -> None:
         delay = 0.1
@@ -262,6 +324,7 @@ class Worker:
             info=lambda: self._info(queue.name, handlers, jobs),
             leases=jobs.leases,
             on_lost=lambda ids: _call_soon(loop, jobs.lose, ids),
+            on_aborted=lambda ids: _call_soon(loop, jobs.abort, ids),
             on_reaped=(
                 (lambda r, f: call_hooks(stalled, recovered=r, failed=f)) if stalled else None
             ),
@@ -273,7 +336,7 @@ class Worker:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "queue": queue,
-            "concurrency": self.settings.concurrency,  # shared by all its queues
+            "concurrency": self._capacity(),  # shared by all its queues
             "started_at": self._started,
             "beat_at": time.time(),  # this heartbeat's, for the roll call's readers
             "tasks": handlers,
@@ -304,8 +367,17 @@ class Worker:
 
     async def _serve(self) -> None:
         for lane in self._lanes:
+            await lane.jobs.open()
             lane.jobs.start(self._died)
-        await self._claim_loop()
+        tuner = None
+        if self._auto is not None:
+            tuner = asyncio.create_task(self._auto.run())
+            tuner.add_done_callback(log_failure)
+        try:
+            await self._claim_loop()
+        finally:
+            if tuner is not None:
+                tuner.cancel()
         grace, hard_stop = self.settings.grace, self._hard_stop
         await asyncio.gather(
             *(lane.jobs.shut_down(grace=grace, hard_stop=hard_stop) for lane in self._lanes)
@@ -331,24 +403,27 @@ class Worker:
         self.stop()
 
     async def _claim_loop(self) -> None:
-        concurrency = self.settings.concurrency
-        low_water = max(1, concurrency // 2)
         delay = 0.05
         while not self._stopping:
             if self._suspect is not None:  # it runs alone: no claims beside it
                 await self._until_idle()
                 continue
-            free = concurrency - self._in_flight
+            concurrency = self._capacity()
+            low_water = max(1, concurrency // 2)
+            free = concurrency - self._load
             if free < low_water and self._in_flight:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
             try:
+                count = self._claim_count(free)
                 if len(self._lanes) == 1:
-                    reply = await self._claim(free)
+                    reply = await self._claim(count)
                 else:
-                    reply = await self._claim_in_turn(free)
+                    reply = await self._turns.claim(count, self._claim, self._held_back)
                 delay = 0.05
+                if self._auto is not None:
+                    self._auto.saw(self._in_flight)
             except (ConveyorError, redis.RedisError) as exc:
                 # never exit on a failed claim: Redis may be back, or the
                 # script refused one bad record and the next call goes on
@@ -376,6 +451,23 @@ class Worker:
                 await self._until_one_ends()
                 continue
             await self._wait_for_work(reply)
+
+    @property
+    def _load(self) -> int:
+        """The capacity taken by held jobs (units of task size), in all queues."""
+        lanes = self._lanes
+        if len(lanes) == 1:
+            return lanes[0].jobs.load
+        return sum(lane.jobs.load for lane in lanes)
+
+    def _claim_count(self, free: int) -> int:
+        """Jobs to claim for `free` units: as many as fit if all were of
+        the largest size (so a claim overshoots by one job at most)."""
+        return max(1, free // self._largest)
+
+    def _capacity(self) -> int:
+        """How many jobs (units of task size) may run here now."""
+        return self.settings.concurrency if self._auto is None else self._auto.limit
 
     async def _until_idle(self) -> None:
         """Wait until no job runs here (or the worker stops)."""
@@ -416,34 +508,9 @@ class Worker:
         call = self._claim_call(lane, count)
         return self._claimed(lane, call, await lane.queue.runner.run(call))
 
-    async def _claim_in_turn(self, count: int) -> ops.ClaimReply:
-        """Several queues: claim from the first, in this turn's order, that
-        has jobs (one claim call per queue tried: an empty queue ahead in
-        the order costs one call per batch)."""
-        turn = self._order.turn()
-        woken, self._woken_by = self._woken_by, None
-        empty: list[ops.ClaimReply] = []
-        for tried, index in enumerate(turn):
-            reply = await self._claim(count, self._lanes[index])
-            if reply.jobs:
-                self._order.claimed(index, len(reply.jobs), turn[:tried])
-            elif not (reply.held and self._in_flight):  # held: a suspect ahead waits for
-                empty.append(reply)  # this worker to be idle, so no later queue
-                continue
-            if woken is not None and woken not in turn[: tried + 1]:
-                await self._hand_on_wake(self._lanes[woken])
-            return reply
-        return merge_replies(empty)
-
-    async def _hand_on_wake(self, lane: Lane) -> None:
-        """Our wait took this queue's marker, but the claims went to a queue
-        before it: set the marker again, so another idle worker of the queue
-        wakes for the work that set it (claim.lua would have, had we claimed
-        there), rather than it waiting for a slot of ours."""
-        try:
-            await lane.queue.client.zadd(lane.queue.core.keys.marker, {"0": 0})
-        except redis.RedisError:  # the next claim of any worker of the queue finds the job
-            log.debug("could not hand on the wake marker of %s", lane.queue.name)
+    def _held_back(self, reply: ops.ClaimReply) -> bool:
+        """A suspect waits for this worker to be idle: claim nothing beside it."""
+        return reply.held and self._in_flight > 0
 
     def _claimed(self, lane: Lane, call: ops.Call, raw: Any) -> ops.ClaimReply:
         """Take in the jobs a claim leased."""
@@ -494,32 +561,30 @@ class Worker:
         enqueue-to-start latency). A claim refused (NOSCRIPT after a Redis
         restart, say) is simply left to the next claim of the loop."""
         if len(self._lanes) > 1:
-            return await self._block_on_all(timeout)
+            return await self._turns.block(self._blocker, timeout, self._woken)
         lane = self._lanes[0]
         keys = lane.queue.core.keys
         pop = (keys.marker, keys.wake(self.id), timeout)
-        call = self._claim_call(lane, max(1, self.settings.concurrency - self._in_flight))
+        call = self._claim_call(lane, self._claim_count(self._capacity() - self._load))
         script = lane.queue.core.scripts["claim"]
         replies = await self._blocker.bzpopmin_then(pop, script.sha, call)
         if replies is None:
-            return await self._blocker.bzpopmin(*pop)
-        if not isinstance(replies[1], Exception):
-            self._claimed(lane, call, replies[1])
-        return replies[0]
-
-    async def _block_on_all(self, timeout: float) -> Any:
-        """Several queues: one BZPOPMIN over every queue's marker and our
-        wake key in each (all in one slot on a Cluster: check_queues), with
-        no claim behind it: the claim loop's order, not the queue that woke
-        us, decides where the next claim goes."""
-        every = [lane.queue.core.keys for lane in self._lanes]
-        markers = [k.marker for k in every]
-        wakes = [k.wake(self.id) for k in every]
-        popped = await self._blocker.bzpopmin(*markers, *wakes, timeout)
-        if popped:  # [key, member, score]; nothing on a timeout
-            key = ops.text(popped[0])
-            self._woken_by = markers.index(key) if key in markers else None
+            popped = await self._blocker.bzpopmin(*pop)
+        else:
+            popped = replies[0]
+            if not isinstance(replies[1], Exception):
+                self._claimed(lane, call, replies[1])
+        self._woken(lane, popped)
         return popped
+
+    def _woken(self, lane: Lane, popped: Any) -> None:
+        """What woke us: `abort=<id>` on our wake key is a client's abort
+        of a job we hold (abort.lua); anything else only ends the wait."""
+        if not popped or isinstance(popped, Exception):
+            return
+        member = ops.text(popped[1])
+        if member.startswith("abort="):
+            lane.jobs.abort([member.removeprefix("abort=")])
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:

@@ -67,7 +67,9 @@ async def advance(queue: AsyncQueue, claimed: ops.ClaimedJob, now_ms: int) -> No
     assert claimed.schedule is not None
     keys = queue.core.keys
     fired = int(claimed.id.rsplit("@", 1)[-1])  # tick jobs are `<schedule id>@<tick ms>`
-    cron, every = await queue.client.hmget(keys.schedule(claimed.schedule), "cron", "every")
+    cron, every, tz = await queue.client.hmget(
+        keys.schedule(claimed.schedule), "cron", "every", "tz"
+    )
     after = now_ms
     for _ in range(10):  # a tick whose job already ran (run early) is skipped
         following = next_tick(
@@ -75,6 +77,7 @@ async def advance(queue: AsyncQueue, claimed: ops.ClaimedJob, now_ms: int) -> No
             every_ms=int(every) if every else None,
             fired_ms=fired,
             now_ms=after,
+            tz=ops.text(tz) if tz else None,
         )
         call = schedules.schedule_next(
             keys,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import re
 import uuid
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ from django.core import checks
 from django.db import transaction
 from django.utils import timezone
 
-from conveyor.client.connection import resolve_url
+from conveyor.client.connection import URL_VARIABLES, resolve_url
 from conveyor.client.sync import Queue
 from conveyor.errors import ConveyorError, InvalidJobIdError
 from conveyor.integrations.django._compat import (
@@ -235,7 +236,14 @@ class ConveyorBackend(BaseTaskBackend):
         try:
             resolve_url(self.url)
         except ConveyorError as exc:
-            yield _error(6, str(exc), "set OPTIONS['URL'] or CONVEYOR_REDIS_URL")
+            if self.url or any(os.environ.get(name) for name in URL_VARIABLES):
+                yield _error(6, str(exc), "fix OPTIONS['URL'] or the environment's URL")
+            else:  # the embedded Redis is not up yet: not a configuration error
+                yield checks.Warning(
+                    f"Conveyor task backend: {exc}",
+                    hint="set OPTIONS['URL'] or CONVEYOR_REDIS_URL, or start `conveyor redis`",
+                    id="conveyor.W001",
+                )
 
 
 def task_error(text: str) -> TaskError:

@@ -2,8 +2,9 @@
 -- within the queue's and the groups' limits, round robin between groups.
 --
 -- KEYS[1] base        `<prefix>:{<queue>}:` — job:<id>, gready:<group>, gconf:<group>,
---                     rate:<window>, grate:<group>:<window> derive from it
--- KEYS[2] meta        hash: `paused`; limits `concurrency`, `rate`, `window`;
+--                     rate, grate:<group> (sliding-window logs, rate.lua) derive from it
+-- KEYS[2] meta        hash: `paused`; limits `concurrency`, `rate`, `window`,
+--                     `held_until` (ms: an external limit a handler signalled);
 --                     group defaults `group_concurrency`, `group_rate`, `group_window`;
 --                     round-robin counters `rr`, `rr_ungrouped`
 -- KEYS[3] ready       zset: ungrouped jobs, priority * 2^31 + seq
@@ -26,9 +27,12 @@
 --                     job that stalled before (its worker died with it), and then
 --                     that job alone
 --
--- Returns: {now_ms, next_due_ms | -1, held 0|1, then 15 fields per claimed job:
+-- Returns: {now_ms, next_due_ms | -1, held 0|1, then 17 fields per claimed job:
 --   id, task, data, attempts, failures, stalls, max_failures, max_stalls,
---   min_backoff, max_backoff, timeout, priority, created_at, schedule, headers}
+--   min_backoff, max_backoff, timeout, priority, created_at, schedule, headers,
+--   checkpoint (version 4: the saved resumable state, or nil; §16.7),
+--   expires_at (version 4: the deadline, or nil; a job claimed at or past it
+--   must be failed unrun by the worker, §16.2)}
 --   (schedule: the schedule id of a repeatable job's tick, else nil;
 --   headers: the JSON text of the headers given at enqueue, else nil)
 --   next_due_ms is the earliest moment something may become claimable by
@@ -52,6 +56,8 @@
 -- An id whose record is missing, has an unknown state or non-numeric
 -- counters is recorded as failed with a reason; one whose record is in
 -- another known state (a stale index entry) is dropped.
+-- A job with concurrency keys (ckeys, §16.5) that one of its keys holds back
+-- is parked on that key instead (ckeys.lua), and the claim goes on.
 -- A job that has stalled before (its worker died with it) is claimed alone,
 -- by a worker that runs nothing else (ARGV[7]): if it is a poison job that
 -- kills workers, it takes no other job down with it. Met in any other case,
@@ -60,6 +66,10 @@
 
 -- @include common
 -- @include record
+-- @include place
+-- @include rate
+-- @include unpark
+-- @include ckeys
 
 local meta, ready, scheduled, active = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local marker, events, failed = KEYS[6], KEYS[7], KEYS[8]
@@ -71,8 +81,9 @@ local INF = -1  -- "until an event", stored as +inf in gwait
 
 local FIELDS = {'state', 'task', 'data', 'attempts', 'failures', 'stalls', 'max_failures',
                 'max_stalls', 'min_backoff', 'max_backoff', 'timeout', 'priority', 'created_at',
-                'schedule', 'headers', 'group', 'data2', 'data3'}
-local RETURNED = 15
+                'schedule', 'headers', 'group', 'data2', 'data3', 'expires_at', 'ckeys',
+                'checkpoint'}
+local RETURNED = 15  -- fields 2..15 of FIELDS, then the checkpoint and expires_at (§16)
 -- Returned fields a record leaves out when they hold their default, by
 -- position, and the text of that default (replies carry bulk strings).
 local DEFAULTED = {[5] = 'failures', [6] = 'stalls', [7] = 'max_failures', [8] = 'max_stalls',
@@ -88,10 +99,6 @@ local out = {now, -1, 0}  -- now, next due, held back by a suspect (1/0), jobs..
 local next_due = nil
 local function due_at(ms)
   if ms and (not next_due or ms < next_due) then next_due = ms end
-end
-
-local function group_ready(group)
-  return base .. 'gready:' .. group
 end
 
 -- Jobs due at the same moment keep their enqueue order: the ready score
@@ -123,20 +130,9 @@ local function promote()
   end
 end
 
--- A fixed-window counter: how many were taken in the window holding `now`.
-local function window(key_prefix, window_ms)
-  local index = math.floor(now / window_ms)
-  local key = key_prefix .. index
-  return key, num(redis.call('GET', key), 0), (index + 1) * window_ms
-end
-
-local function count_in_window(key, window_ms, n)
-  redis.call('INCRBY', key, n)
-  redis.call('PEXPIRE', key, window_ms * 2)
-end
-
 local limits = redis.call('HMGET', meta, 'paused', 'concurrency', 'rate', 'window',
-                          'group_concurrency', 'group_rate', 'group_window', 'rr_ungrouped')
+                          'group_concurrency', 'group_rate', 'group_window', 'rr_ungrouped',
+                          'held_until')
 
 -- How many jobs the queue-wide limits let this call take.
 local function queue_allowance()
@@ -145,12 +141,16 @@ local function queue_allowance()
   if cap then
     allowed = math.min(allowed, cap - redis.call('ZCARD', active))
   end
+  local held = tonumber(limits[9])  -- an external limit a handler signalled (§16.4)
+  if held and held > now then
+    due_at(held)
+    return 0
+  end
   local rate = tonumber(limits[3])
   if rate then
-    local window_ms = num(limits[4], 1000)
-    local _, used, ends = window(base .. 'rate:', window_ms)
-    if used >= rate then due_at(ends) end
-    allowed = math.min(allowed, rate - used)
+    local room, frees = rate_room(base .. 'rate', rate, num(limits[4], 1000), now)
+    due_at(frees)
+    allowed = math.min(allowed, room)
   end
   return math.max(allowed, 0)
 end
@@ -164,8 +164,9 @@ local function group_hold(group)
   if cap and num(redis.call('HGET', gactive, group), 0) >= cap then return INF end
   local rate = tonumber(conf[3]) or tonumber(limits[6])
   if rate then
-    local _, used, ends = window(base .. 'grate:' .. group .. ':', num(conf[4], num(limits[7], 1000)))
-    if used >= rate then return ends end
+    local window_ms = num(conf[4], num(limits[7], 1000))
+    local room, frees = rate_room(base .. 'grate:' .. group, rate, window_ms, now)
+    if room < 1 then return frees end
   end
   return nil
 end
@@ -189,6 +190,7 @@ local function fail_corrupt(id, reason)
 end
 
 local leased = 0
+local dropped = 0  -- popped ids parked on a concurrency key (§16.5): a turn, not a slot
 local stopped_early = false  -- by a suspect or the visit bound: others may claim on
 
 -- Lease one popped id; returns false when claiming must stop here (a
@@ -209,6 +211,15 @@ local function take(id, score, from)
     fail_corrupt(id, 'corrupt record: attempts or stalls is not a number')
     return true
   end
+  if f[20] then  -- concurrency keys (§16.5): park the job while one holds it back
+    local key, until_ms = ckey_hold(f[20], now)
+    if key then
+      ckey_park(id, score, key, until_ms)
+      if until_ms ~= CKEY_INF then due_at(until_ms) end
+      dropped = dropped + 1
+      return true
+    end
+  end
   if stalls > 0 and (leased > 0 or not alone) then
     redis.call('ZADD', from, score, id)  -- a suspect runs alone, in the next claim
     out[3] = 1
@@ -222,12 +233,15 @@ local function take(id, score, from)
   if f[16] and f[16] ~= '' then
     redis.call('HINCRBY', gactive, f[16], 1)
   end
+  if f[20] then ckey_take(f[20], now) end
   out[#out + 1] = id
   f[3] = read_data(job_key, f[3], f[17], f[18])
   f[4] = attempts
   for k = 2, RETURNED do
     out[#out + 1] = f[k] or DEFAULTED[k] or false  -- false: a nil reply, kept in place
   end
+  out[#out + 1] = f[21] or false  -- checkpoint (§16.7)
+  out[#out + 1] = f[19] or false  -- expires_at (§16.2)
   leased = leased + 1
   return stalls == 0
 end
@@ -286,8 +300,7 @@ local function claim_round_robin(n)
           if leased > before then
             local conf = redis.call('HMGET', base .. 'gconf:' .. group, 'rate', 'window')
             if tonumber(conf[1]) or tonumber(limits[6]) then
-              local wkey = window(base .. 'grate:' .. group .. ':', num(conf[2], num(limits[7], 1000)))
-              count_in_window(wkey, num(conf[2], num(limits[7], 1000)), 1)
+              rate_log(base .. 'grate:' .. group, 1, num(conf[2], num(limits[7], 1000)), now)
             end
           end
           if redis.call('ZCARD', key) > 0 then
@@ -313,6 +326,13 @@ end
 
 if limits[1] ~= '1' then
   promote()
+  -- keys whose rate held jobs back (kheld): one read per claim while none is due
+  local held_key = redis.call('ZRANGE', base .. 'kheld', 0, 0, 'WITHSCORES')
+  if #held_key > 0 and tonumber(held_key[2]) <= now then
+    ckey_release_due(now, promote_limit, marker)
+    held_key = redis.call('ZRANGE', base .. 'kheld', 0, 0, 'WITHSCORES')
+  end
+  if #held_key > 0 then due_at(tonumber(held_key[2])) end
   local n = queue_allowance()
   if n > 0 then
     if redis.call('EXISTS', groups) == 0 then
@@ -321,14 +341,13 @@ if limits[1] ~= '1' then
       claim_round_robin(n)
     end
     if leased > 0 and tonumber(limits[3]) then
-      local window_ms = num(limits[4], 1000)
-      count_in_window(window(base .. 'rate:', window_ms), window_ms, leased)
+      rate_log(base .. 'rate', leased, num(limits[4], 1000), now)
     end
   end
   -- Wake another idle worker only if it could claim something now: not when
   -- a limit or held-back groups are what stopped this call.
   local more = redis.call('ZCARD', ready) > 0 or redis.call('EXISTS', groups) == 1
-  if more and n >= count and (leased >= n or stopped_early) then
+  if more and n >= count and (leased + dropped >= n or stopped_early) then
     wake(marker)
   end
 end

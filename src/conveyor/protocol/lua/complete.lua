@@ -28,6 +28,7 @@
 -- @include record
 -- @include upsert
 -- @include place
+-- @include unpark
 -- @include finish
 -- @include flow
 
@@ -41,12 +42,12 @@ for i = 2, #ARGV, 3 do
   local id, token, result = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local job_key = base .. 'job:' .. id
   local f = redis.call('HMGET', job_key, 'state', 'token', 'result_ttl', 'group', 'waiters',
-                       'parent', 'on_fail', 'children')
+                       'parent', 'on_fail', 'children', 'ckeys')
   if f[1] ~= 'active' or f[2] ~= token then
     out[#out + 1] = 0
   else
     redis.call('ZREM', active, id)
-    end_run(job_key, marker, f[4])
+    end_run(job_key, marker, f[4], f[9] or false)
     redis.call('HSET', job_key, 'state', 'completed', 'result', result, 'finished_at', now)
     emit(events, maxlen, 'event', 'completed', 'id', id)
     notify_waiters(job_key, id, 'completed', result, f[5])

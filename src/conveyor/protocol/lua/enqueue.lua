@@ -27,9 +27,20 @@
 --   u_min_backoff, u_max_backoff (0), u_reset (1), given (1: the caller
 --   chose the id; without it the producer generated a fresh random one),
 --   headers ('': JSON text of headers that travel with the job, §15)
+--   expire_in (ms: the job fails with JobExpiredError unless claimed by
+--   now + expire_in; stored as expires_at, set at creation only: §16.2)
 --
--- Returns, per job in order: outcome, state
+-- dedup (a key), dedup_mode (simple|throttle|debounce), dedup_ttl (ms,
+--   throttle): deduplication, dedup.lua and §16.3; ckeys (comma-separated
+--   concurrency keys, ckeys.lua and §16.5).
+--
+-- Returns, per job in order: outcome, state; then, for each job that was
+--   deduplicated (outcome 'deduplicated') or updated the job standing for its
+--   dedup key (debounce: 'updated'), its position in the call (1-based) and
+--   the standing job's id; the state reported is that job's ('' when its
+--   record is gone) (§16.3)
 --   outcome: 'created' | 'updated' (waiting/delayed job upserted)
+--            | 'refused' (a new job of a group at its max_waiting; state '')
 --            | 'blocked' (job active: stored as its blocked twin)
 --            | 'exists' (job finished and still retained, or this very call
 --              was applied before — a re-send: nothing changed)
@@ -45,6 +56,7 @@
 -- @include upsert
 -- @include place
 -- @include create
+-- @include dedup
 
 local meta, ready, scheduled, marker = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local events, blocked_index = KEYS[6], KEYS[7]
@@ -60,7 +72,9 @@ local OPTIONS = {priority = true, delay = true, run_at = true, max_failures = tr
                  max_stalls = true, min_backoff = true, max_backoff = true, timeout = true,
                  result_ttl = true, lifo = true, group = true, u_data = true, u_run_at = true,
                  u_max_failures = true, u_max_stalls = true, u_min_backoff = true,
-                 u_max_backoff = true, u_reset = true, given = true, headers = true}
+                 u_max_backoff = true, u_reset = true, given = true, headers = true,
+                 expire_in = true, dedup = true, dedup_mode = true, dedup_ttl = true,
+                 ckeys = true}
 local RULES = {u_data = '1', u_run_at = '1', u_max_failures = '0', u_max_stalls = '0',
                u_min_backoff = '0', u_max_backoff = '0', u_reset = '1'}
 
@@ -76,6 +90,9 @@ local function parse(i)
     if OPTIONS[name] then j[name] = value end
   end
   j.fresh = j.given ~= '1'
+  if j.expire_in then  -- expire if not started (§16.2): a deadline from now
+    j.expires_at = now + (tonumber(j.expire_in) or 0)
+  end
   if j.delay then
     j.run_at = now + tonumber(j.delay)
   else
@@ -128,6 +145,14 @@ local function replayed(job_key, j)
       or redis.call('HGET', base .. 'blocked:' .. j.id, 'req') == j.req
 end
 
+-- A group's cap on waiting jobs (§16.5): `gconf:<group>` `max_waiting`, else
+-- `meta` `group_max_waiting`; a new job beyond it is refused.
+local function group_full(group)
+  local cap = tonumber(redis.call('HGET', base .. 'gconf:' .. group, 'max_waiting'))
+      or tonumber(redis.call('HGET', meta, 'group_max_waiting'))
+  return cap ~= nil and redis.call('ZCARD', base .. 'gready:' .. group) >= cap
+end
+
 SEQ_BLOCK = math.max(1, math.floor((#ARGV - 2) / F))
 
 -- New waiting jobs enter ready in one ZADD per up to 200 jobs, not one each.
@@ -147,6 +172,7 @@ end
 local fresh_are_new = false
 
 local out = {}
+local standing_ids = {}  -- position, id: jobs that stood aside for (or updated) a dedup key's job
 for i = 3, #ARGV, F do
   local j = parse(i - 1)
   local job_key = base .. 'job:' .. j.id
@@ -158,11 +184,21 @@ for i = 3, #ARGV, F do
   if state or #Q.pending >= 400 then
     add_pending()
   end
-  local outcome
-  if state and (j.fresh or (j.req ~= '' and replayed(job_key, j))) then
+  local outcome, standing
+  if j.dedup and not state then
+    add_pending()  -- the standing job may be one this call created
+    outcome, state, standing = deduplicate(j, replace, events, maxlen)
+  end
+  if outcome then  -- deduplicated, or a debounced update of the standing job
+    standing_ids[#standing_ids + 1] = (i - 3) / F + 1
+    standing_ids[#standing_ids + 1] = standing
+  elseif state and (j.fresh or (j.req ~= '' and replayed(job_key, j))) then
     outcome = 'exists'
+  elseif not state and j.group and group_full(j.group) then
+    outcome, state = 'refused', ''
   elseif not state then
     outcome, state = 'created', create_job(job_key, j, now, Q, maxlen)
+    if j.dedup then stand_for(j, j.id) end
   elseif state == 'waiting' or state == 'delayed' then
     outcome, state = 'updated', replace(job_key, j, state)
     redis.call('HSET', job_key, 'req', j.req)
@@ -177,4 +213,7 @@ for i = 3, #ARGV, F do
   out[#out + 1] = state
 end
 add_pending()
+for _, id in ipairs(standing_ids) do
+  out[#out + 1] = id
+end
 return out

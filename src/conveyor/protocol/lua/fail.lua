@@ -23,7 +23,8 @@
 -- Returns, per job in order: 'retried' | 'delayed' (retry scheduled) |
 -- 'failed' (no retries left, or permanent) | 'lost' (lease lost: refused).
 --
--- Effects: failures + 1 and error; the job leaves `active`; then either
+-- Effects: failures + 1 and error, the error appended to the attempt
+-- history `errors` (history.lua); the job leaves `active`; then either
 -- ready/scheduled again, a blocked twin merged (a `retried` event with the
 -- error and delay_ms, the delay actually applied) or state failed, kept
 -- result_ttl ms in `failed`, waiters told, a blocked twin released (a
@@ -36,8 +37,10 @@
 -- @include record
 -- @include upsert
 -- @include place
+-- @include unpark
 -- @include finish
 -- @include flow
+-- @include history
 
 local active, failed, ready, scheduled = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local marker, events, blocked_index = KEYS[6], KEYS[7], KEYS[8]
@@ -78,7 +81,7 @@ for i = 2, #ARGV, 6 do
   local permanent, override, jitter = ARGV[i + 3], ARGV[i + 4], tonumber(ARGV[i + 5])
   local job_key = base .. 'job:' .. id
   local f = redis.call('HMGET', job_key, 'state', 'token', 'max_failures', 'min_backoff',
-                       'max_backoff', 'result_ttl', 'failures')
+                       'max_backoff', 'result_ttl', 'failures', 'attempts')
   if f[1] ~= 'active' or f[2] ~= token then
     out[#out + 1] = 'lost'
   else
@@ -86,6 +89,7 @@ for i = 2, #ARGV, 6 do
     end_run(job_key, marker)
     local failures = field(f[7], 'failures') + 1
     redis.call('HSET', job_key, 'failures', failures, 'error', err)
+    remember_error(job_key, f[8], err, now)
     if permanent == '1' or failures >= field(f[3], 'max_failures') then
       out[#out + 1] = fail_for_good(job_key, id, err, f[6])
     else

@@ -12,7 +12,9 @@
 --
 -- Returns: {now_ms, lost ids...}: the jobs whose lease this worker no
 -- longer holds (token changed or job no longer active). The worker must
--- stop them: their writes will be refused.
+-- stop them: their writes will be refused. When held jobs were asked to
+-- abort (abort.lua), then '' and their ids: {now_ms, lost..., '', aborted...};
+-- the worker must stop them and fail them with AbortedError.
 --
 -- Effects: first PEXPIRE of the worker's entry (keeps the script allowed under
 -- maxmemory, see below); deadlines of held leases moved to now + lease_ms; the worker's
@@ -31,12 +33,22 @@ local now = now_ms()
 redis.call('PEXPIRE', base .. 'worker:' .. worker, ttl)
 
 local out = {now}
+local aborted = {}
 for i = 5, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
-  local f = redis.call('HMGET', base .. 'job:' .. id, 'state', 'token')
+  local f = redis.call('HMGET', base .. 'job:' .. id, 'state', 'token', 'abort')
   if f[1] == 'active' and f[2] == token then
     redis.call('ZADD', active, 'XX', now + lease, id)
+    if f[3] then
+      aborted[#aborted + 1] = id
+    end
   else
+    out[#out + 1] = id
+  end
+end
+if #aborted > 0 then
+  out[#out + 1] = ''
+  for _, id in ipairs(aborted) do
     out[#out + 1] = id
   end
 end

@@ -19,7 +19,8 @@
 --   batch of expired leases, or an index still holding an expired or surplus
 --   entry after its sweep): the caller should reap again; else 0.
 --
--- Effects: per expired lease: stalls + 1 (the token stays in the record, but
+-- Effects: per expired lease: stalls + 1 and the stall in the attempt
+-- history `errors` (history.lua) (the token stays in the record, but
 -- the state is no longer active, so the old worker's writes are refused from
 -- now on); back to ready at its old place,
 -- a blocked twin merged (scheduled instead if the merge set a later run_at;
@@ -37,8 +38,10 @@
 -- @include record
 -- @include upsert
 -- @include place
+-- @include unpark
 -- @include finish
 -- @include flow
+-- @include history
 
 local active, failed, ready, scheduled = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local marker, events, blocked_index = KEYS[6], KEYS[7], KEYS[8]
@@ -54,11 +57,13 @@ local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, bat
 for _, id in ipairs(expired) do
   redis.call('ZREM', active, id)
   local job_key = base .. 'job:' .. id
-  local f = redis.call('HMGET', job_key, 'state', 'max_stalls', 'result_ttl', 'stalls')
+  local f = redis.call('HMGET', job_key, 'state', 'max_stalls', 'result_ttl', 'stalls',
+                       'attempts')
   if f[1] == 'active' then
     end_run(job_key, marker)
     local stalls = field(f[4], 'stalls') + 1
     redis.call('HSET', job_key, 'stalls', stalls)
+    remember_error(job_key, f[5], stall_error(stalls), now)  -- the attempt history
     if stalls >= field(f[2], 'max_stalls') then
       local err = stall_error(stalls)
       redis.call('HSET', job_key, 'state', 'failed', 'finished_at', now, 'error', err)

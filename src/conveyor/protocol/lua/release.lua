@@ -25,6 +25,7 @@
 -- @include record
 -- @include upsert
 -- @include place
+-- @include unpark
 -- @include finish
 
 local active, ready, scheduled, marker = KEYS[2], KEYS[3], KEYS[4], KEYS[5]

@@ -17,12 +17,16 @@
 -- ARGV[5] every_ms    a fixed interval, or ''
 -- ARGV[6 ..] the job template: task, data, priority, max_failures, max_stalls,
 --            min_backoff, max_backoff, timeout, result_ttl, group
+-- ARGV[16 ..] (version 4, each '' or absent = none; §16.6) tz (the cron's
+--            time zone), start (ms), end (ms: no tick after it), limit (the
+--            number of ticks the schedule makes in all)
 --
 -- Returns: {job id, state} of the pending job; {'', 'taken'} when the job
 -- of the first tick has already started or finished: the client then sends
 -- the call again with a later first tick (the old pending job is gone and
 -- the hash written either way).
--- Effects: schedule:<sid> written (template, cron / every, next, job);
+-- Effects: schedule:<sid> written (template, cron / every, tz, start, end,
+-- limit, next, job, runs = the ticks made since this definition);
 -- a pending job of an earlier definition that has not started is deleted
 -- (one that is running finishes; its worker's schedule_next call then finds
 -- `next` changed and adds nothing); the job `<sid>@<first tick>` created
@@ -52,6 +56,13 @@ local fields = {'cron', ARGV[4], 'every', ARGV[5]}
 for i, name in ipairs(TEMPLATE) do
   fields[#fields + 1] = name
   fields[#fields + 1] = ARGV[5 + i]
+end
+for i, name in ipairs({'tz', 'start', 'end', 'limit'}) do
+  local value = ARGV[15 + i]
+  if value and value ~= '' then
+    fields[#fields + 1] = name
+    fields[#fields + 1] = value
+  end
 end
 redis.call('HSET', key, unpack(fields))
 local job_id = create_tick(sid, first, now, Q, maxlen)

@@ -15,7 +15,9 @@
 -- ARGV[3] fired tick  ms: the tick of the job that was claimed (from its id)
 -- ARGV[4] next tick   ms: computed by the worker from cron / every, after now
 --
--- Returns: 1 when the next job was queued; -1 when that tick's job has
+-- Returns: 1 when the next job was queued; 2 when the schedule ended (the
+-- next tick is past its `end`, or `runs` reached its `limit`: `next` and
+-- `job` deleted, `ended` = now, `schedules` score +inf, §16.6); -1 when that tick's job has
 -- already started or finished (the worker tries the tick after it); 0 when
 -- the schedule is gone or
 -- its `next` is no longer the fired tick (another worker advanced it, or
@@ -38,8 +40,18 @@ local Q = {meta = KEYS[2], ready = KEYS[3], scheduled = KEYS[4], marker = KEYS[5
 local maxlen, sid, fired, following = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local now = now_ms()
 
-if redis.call('HGET', base .. 'schedule:' .. sid, 'next') ~= fired then
+local key = base .. 'schedule:' .. sid
+local conf = redis.call('HMGET', key, 'next', 'end', 'limit', 'runs')
+if conf[1] ~= fired then
   return 0
+end
+-- past its end date, or all its runs made: the schedule ends (§16.6)
+if (tonumber(conf[2]) and following > tonumber(conf[2]))
+    or (tonumber(conf[3]) and num(conf[4], 0) >= tonumber(conf[3])) then
+  redis.call('HDEL', key, 'next', 'job')
+  redis.call('HSET', key, 'ended', now)
+  redis.call('ZADD', base .. 'schedules', '+inf', sid)
+  return 2
 end
 if not create_tick(sid, following, now, Q, maxlen) then
   return -1

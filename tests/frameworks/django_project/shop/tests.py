@@ -1,9 +1,12 @@
 """ConveyorBackend against PostgreSQL and a private Redis (CONVEYOR_REDIS_URL, started for
-this run alone, so flushing it is safe). TransactionTestCase: commits are real here."""
+this run alone, its pid in CONVEYOR_TEST_REDIS_PID: only that one is flushed).
+TransactionTestCase: commits are real here."""
 
 import io
 import os
+import tempfile
 from datetime import timedelta
+from unittest import mock
 
 import redis
 from asgiref.sync import async_to_sync
@@ -33,6 +36,10 @@ SIGNALS = {"enqueued": task_enqueued, "started": task_started, "finished": task_
 class ConveyorBackendTests(TransactionTestCase):
     def setUp(self):
         with redis.Redis.from_url(os.environ["CONVEYOR_REDIS_URL"]) as client:
+            # flush only the server started for this run (its pid is in the environment)
+            pid = client.info("server")["process_id"]
+            if str(pid) != os.environ.get("CONVEYOR_TEST_REDIS_PID"):
+                self.fail(f"refusing to flush the Redis of pid {pid}: not this run's own")
             client.flushall()
         self.queue = Queue("default")
         self.seen = []
@@ -170,6 +177,15 @@ class ConveyorBackendTests(TransactionTestCase):
         )
         ids = sorted(message.id for message in backend.check())
         self.assertEqual(ids, ["conveyor.E001", "conveyor.E002", "conveyor.E003", "conveyor.E005"])
+        bad_url = ConveyorBackend("bad", {"OPTIONS": {"URL": "http://example.com/"}})
+        self.assertEqual([m.id for m in bad_url.check()], ["conveyor.E006"])
+        empty = tempfile.mkdtemp()  # no URL anywhere and no embedded Redis: only a warning
+        with mock.patch.dict(os.environ, {"CONVEYOR_DATA_DIR": empty}):
+            os.environ.pop("CONVEYOR_REDIS_URL")
+            os.environ.pop("REDIS_URL", None)
+            [warning] = ConveyorBackend("none", {}).check()
+        self.assertEqual(warning.id, "conveyor.W001")
+        self.assertIn("conveyor redis", warning.msg)
         self.assertTrue(
             backend.supports_defer
             and backend.supports_async_task

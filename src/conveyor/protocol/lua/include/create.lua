@@ -32,7 +32,8 @@ end
 -- record default are not stored, nor run_at when it is now (= created_at),
 -- nor the zero counters; data goes in pieces (`put_data`). Returns the HSET
 -- arguments and the new seq.
-local TEXT_FIELDS = {'group', 'req', 'idx', 'schedule', 'parent', 'on_fail', 'headers'}
+local TEXT_FIELDS = {'group', 'req', 'idx', 'schedule', 'parent', 'on_fail', 'headers',
+                     'expires_at', 'dedup', 'ckeys'}
 local function job_fields(j, state, now, meta)
   local seq = next_seq(meta, j.lifo)
   local fields = {'state', state, 'task', j.task, 'seq', seq, 'created_at', now}

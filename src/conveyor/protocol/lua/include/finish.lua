@@ -1,6 +1,6 @@
 -- Shared by the scripts that end a run (complete, fail, reap): tell waiters,
 -- keep the record for its retention time, free a singleton's blocked twin.
--- Needs `common`, `upsert` and `place` first.
+-- Needs `common`, `upsert`, `place` and `unpark` first.
 
 -- A waiter (see await.lua) registered itself with HINCRBY waiters: only then
 -- is a notification list written, so unobserved jobs cost nothing extra.
@@ -31,8 +31,14 @@ end
 -- A job's own log (job_log.lua) lives and dies with its record; a flow parent
 -- (field `children`) takes its dependency keys with it (§14.8).
 local function delete_job(job_key, id)
-  local f = redis.call('HMGET', job_key, 'idx', 'children')
+  local f = redis.call('HMGET', job_key, 'idx', 'children', 'dedup')
   unindex(id, f[1])
+  if f[3] then  -- a dedup key without a TTL lasts no longer than its job (§16.3)
+    local key = base .. 'dedup:' .. f[3]
+    if redis.call('GET', key) == id and redis.call('PTTL', key) == -1 then
+      redis.call('DEL', key)
+    end
+  end
   if f[2] then
     redis.call('DEL', base .. 'children:' .. id, base .. 'pending:' .. id,
                base .. 'processed:' .. id, base .. 'ignored:' .. id, base .. 'cfailed:' .. id)
@@ -108,11 +114,24 @@ local function twins_exist(blocked_index)
   return cached.twins
 end
 
--- `group` may be passed when the caller already read it (false: none).
-local function end_run(job_key, marker, group)
+-- Whether jobs with concurrency keys run (§16.5): read once per script call.
+local function keyed_running()
+  if cached.keyed == nil then
+    cached.keyed = redis.call('EXISTS', base .. 'kactive') == 1
+  end
+  return cached.keyed
+end
+
+-- `group` (and `ckeys`) may be passed when the caller already read them
+-- (false: none).
+local function end_run(job_key, marker, group, ckeys)
   if group == nil then
     group = redis.call('HGET', job_key, 'group')
   end
+  if ckeys == nil and keyed_running() then
+    ckeys = redis.call('HGET', job_key, 'ckeys')
+  end
+  if ckeys then ckey_end(ckeys, marker) end
   if group and group ~= '' then
     if redis.call('HINCRBY', base .. 'gactive', group, -1) <= 0 then
       redis.call('HDEL', base .. 'gactive', group)

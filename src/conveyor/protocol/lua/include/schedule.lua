@@ -27,6 +27,7 @@ local function create_tick(sid, tick, now, Q, maxlen)
       j[name] = values[i] or ''
     end
     create_job(job_key, j, now, Q, maxlen)
+    redis.call('HINCRBY', base .. 'schedule:' .. sid, 'runs', 1)  -- ticks made (§16.6)
   end
   redis.call('HSET', base .. 'schedule:' .. sid, 'next', tick, 'job', job_id)
   redis.call('ZADD', base .. 'schedules', tick, sid)

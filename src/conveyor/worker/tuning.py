@@ -1,0 +1,161 @@
+"""`--concurrency auto`: how many jobs a worker runs at once, from its CPU.
+
+A feedback controller, after Temporal's resource-based slot tuner: every
+`tick` it reads the host's CPU use and the share of it that this worker and
+its child processes take, and moves the limit between `low` and `high`:
+
+- up by one slot at most every `confirm` ticks (a bounded grant rate), when
+  that many readings in a row warrant it: only when the
+  worker used all its slots (there is work to take), when the CPU is under
+  `target - band`, and when the host's CPU with one job more (at the cost of
+  one of this worker's jobs: its own use per running job, which does not
+  move when the limit does) stays under the target;
+- down, when the CPU is over `target + band`, by the jobs over the target at
+  their cost (one at least, a fifth of the limit at most), then no rise for
+  `cooldown` ticks;
+- else it holds. The dead band between the two and the cooldown after a fall
+  keep it from oscillating around the target; the CPU readings are smoothed
+  (an exponential average) so one noisy tick moves nothing.
+
+`Controller` is pure (tested on recorded inputs); `CpuProbe` reads psutil.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+log = logging.getLogger("conveyor.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    host: float  # the host's CPU use, 0..1 of all its cores
+    own: float  # this worker's and its children's, 0..1 of all the host's cores
+    running: int  # jobs running during the tick (the most at once)
+
+
+@dataclass(slots=True)
+class Controller:
+    low: int
+    high: int
+    target: float = 0.8
+    band: float = 0.05
+    cooldown: int = 4  # ticks without a rise after a fall
+    smoothing: float = 0.5  # weight of the newest reading
+    limit: int = field(init=False)
+    _host: float | None = field(default=None, init=False)
+    _cost: float | None = field(default=None, init=False)  # host CPU per running job
+    _quiet: int = field(default=0, init=False)
+    _ready: int = field(default=0, init=False)  # ticks in a row a rise was warranted
+    confirm: int = 2  # ticks in a row a rise must be warranted before it is granted
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.low <= self.high:
+            raise ValueError("need 1 <= low <= high")
+        self.limit = self.low
+
+    def step(self, reading: Reading) -> int:
+        """Take one tick's reading; the new limit."""
+        host = self._host = self._average(self._host, reading.host)
+        if reading.running:  # the cost of a job does not change with the limit: no lag
+            self._cost = self._average(self._cost, reading.own / reading.running)
+        if host > self.target + self.band and self.limit > self.low:
+            self.limit = max(self.low, self.limit - self._fall(host))
+            self._quiet = self.cooldown + 1
+        elif self._may_rise(host, reading):
+            self._ready += 1
+            if self._ready >= self.confirm:
+                self.limit += 1
+                self._ready = 0
+        else:
+            self._ready = 0
+        self._quiet = max(0, self._quiet - 1)
+        return self.limit
+
+    def _fall(self, host: float) -> int:
+        """The jobs over the target at their cost (one at least), but a fifth
+        of the limit at most: the excess may not be ours."""
+        most = max(1, math.ceil(self.limit / 5))
+        if not self._cost:
+            return most
+        return min(most, max(1, math.ceil((host - self.target) / self._cost)))
+
+    def _average(self, old: float | None, new: float) -> float:
+        return new if old is None else self.smoothing * new + (1 - self.smoothing) * old
+
+    def _may_rise(self, host: float, reading: Reading) -> bool:
+        """Work waits (every slot was used), the CPU is under the band, and
+        one job more, at its cost, keeps the latest reading under the target."""
+        if self.limit >= self.high or self._quiet or reading.running < self.limit:
+            return False
+        now = max(host, reading.host)
+        return host < self.target - self.band and now + (self._cost or 0.0) <= self.target
+
+
+class CpuProbe:
+    """CPU use since the previous read: the host's, and this process's plus
+    its children's (process execution), as fractions of all the host's cores."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self._me = psutil.Process()
+        self._cores = psutil.cpu_count() or 1
+        self._known: dict[int, psutil.Process] = {}
+        psutil.cpu_percent()
+        self._me.cpu_percent()
+
+    def read(self) -> tuple[float, float]:
+        host = self._psutil.cpu_percent() / 100
+        own = self._me.cpu_percent()
+        with contextlib.suppress(self._psutil.Error):
+            for child in self._me.children(recursive=True):
+                known = self._known.setdefault(child.pid, child)
+                with contextlib.suppress(self._psutil.Error):
+                    own += known.cpu_percent()  # a new child's first read is 0
+        alive = {c.pid for c in self._me.children(recursive=True)}
+        self._known = {p: c for p, c in self._known.items() if p in alive}
+        return host, own / 100 / self._cores
+
+
+class AutoConcurrency:
+    """Runs the controller on the worker's loop; `limit` is read by the claim loop."""
+
+    def __init__(
+        self, controller: Controller, running: Callable[[], int], *, tick: float = 0.5
+    ) -> None:
+        self.controller = controller
+        self._running = running  # jobs running now
+        self._tick = tick
+        self._most = 0  # the most jobs running at once during this tick
+        self.history: list[tuple[float, int, Reading]] = []  # (loop time, new limit, reading)
+
+    @property
+    def limit(self) -> int:
+        return self.controller.limit
+
+    def saw(self, running: int) -> None:
+        """The claim loop tells how many jobs run (after each claim)."""
+        self._most = max(self._most, running)
+
+    async def run(self) -> None:
+        probe = CpuProbe()
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self._tick)
+            host, own = probe.read()
+            running = max(self._most, self._running())
+            self._most = 0
+            before = self.controller.limit
+            reading = Reading(host, own, running)
+            limit = self.controller.step(reading)
+            self.history.append((loop.time(), limit, reading))
+            del self.history[:-2000]
+            if limit != before:
+                log.info("concurrency %d -> %d (host CPU %.0f%%)", before, limit, host * 100)

@@ -1,0 +1,158 @@
+"""--concurrency auto: the controller on recorded and simulated inputs (pure,
+no clock), then once end to end in a real worker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from conveyor import Queue
+from conveyor.client.tasks import Tasks
+from conveyor.errors import ConfigurationError
+from conveyor.worker import WorkerSettings
+from conveyor.worker.tuning import Controller, Reading
+from support.workers import WorkerRunner, wait_until
+
+
+def _run(controller: Controller, cost: float, ticks: int, noise: float = 0.0) -> list[int]:
+    """A closed loop: every slot is used, each running job takes `cost` of
+    the host's CPU (plus seeded noise)."""
+    rng = random.Random(7)
+    limits = []
+    for _ in range(ticks):
+        running = controller.limit
+        host = min(1.0, running * cost + rng.uniform(-noise, noise))
+        limits.append(controller.step(Reading(max(0.0, host), running * cost, running)))
+    return limits
+
+
+def _turns(limits: list[int]) -> int:
+    """How often the limit changed direction."""
+    moves = [b - a for a, b in zip(limits, limits[1:], strict=False) if b != a]
+    return sum(1 for a, b in zip(moves, moves[1:], strict=False) if (a > 0) != (b > 0))
+
+
+def test_cpu_bound_jobs_settle_where_one_more_would_pass_the_target() -> None:
+    limits = _run(Controller(low=1, high=16), cost=0.3, ticks=60)
+    assert limits[:3] == [1, 2, 2]  # 2 x 0.3 = 0.6; a third would make 0.9 > 0.8
+    assert set(limits[2:]) == {2}
+
+
+def test_io_bound_jobs_rise_at_a_bounded_rate_to_the_maximum() -> None:
+    limits = _run(Controller(low=1, high=12), cost=0.01, ticks=30)
+    # one slot per two ticks (each rise confirmed by two readings), up to the maximum
+    assert limits[:21] == [1, *(n for n in range(2, 12) for _ in (0, 1))]
+    assert set(limits[21:]) == {12}
+
+
+def test_noisy_readings_do_not_make_it_oscillate() -> None:
+    limits = _run(Controller(low=1, high=32), cost=0.07, ticks=400, noise=0.08)
+    settled = limits[100:]  # noise of +-0.08 is more than one job's 0.07: some dither is due
+    assert min(settled) >= 10 and max(settled) <= 12  # 11 x 0.07 = 0.77
+    assert _turns(settled) <= 12  # a correction every 25 ticks or more, not a saw-tooth
+
+
+def test_a_busy_host_makes_it_fall_by_a_fifth_then_wait() -> None:
+    controller = Controller(low=2, high=40, cooldown=4)
+    controller.limit = 20
+    assert controller.step(Reading(host=0.97, own=0.5, running=20)) == 16
+    for _ in range(4):  # the cooldown: no rise while it lasts, though the CPU is low now
+        assert controller.step(Reading(host=0.1, own=0.05, running=16)) == 16
+    assert controller.step(Reading(host=0.1, own=0.05, running=16)) == 16  # confirming
+    assert controller.step(Reading(host=0.1, own=0.05, running=16)) == 17
+
+
+def test_it_holds_in_the_band_and_without_demand() -> None:
+    controller = Controller(low=1, high=10)
+    controller.limit = 5
+    for host in (0.76, 0.8, 0.84, 0.78):
+        assert controller.step(Reading(host=host, own=0.1, running=5)) == 5
+    idle = Controller(low=1, high=10)
+    idle.limit = 5
+    for _ in range(10):  # slots unused: no reason to grant more
+        assert idle.step(Reading(host=0.05, own=0.01, running=3)) == 5
+
+
+def test_readings_recorded_on_a_saturated_host_keep_it_at_its_minimum() -> None:
+    """A real trace (`python -m bench.auto_trace`, 2 cores that other processes kept at
+    100%, the worker's own share about 5%): however little its jobs cost, a
+    host over the target gets no more work from this worker."""
+    trace = json.loads(
+        (Path(__file__).parent / "data" / "auto_trace_saturated_host.json").read_text()
+    )
+    controller = Controller(low=1, high=12)
+    limits = [controller.step(Reading(host, own, running)) for _, host, own, running in trace]
+    assert len(limits) > 10 and set(limits) == {1}
+
+
+def test_bad_bounds_are_refused() -> None:
+    with pytest.raises(ConfigurationError):
+        WorkerSettings(auto_concurrency=True, min_concurrency=5, max_concurrency=2)
+
+
+def test_a_worker_with_auto_concurrency_follows_its_controller(
+    redis_url: str, queue_name: str, sync_queue: Queue, worker_runner: WorkerRunner
+) -> None:
+    """End to end on whatever this machine's CPU does: the worker claims
+    within the controller's limit, which moves within its bounds at the
+    bounded rate, and only up while the host's CPU is under the band."""
+    tasks = Tasks(queue_name, url=redis_url)
+    most = [0]
+
+    @tasks.task
+    async def waits(data: None) -> None:
+        jobs = worker.worker._jobs
+        assert jobs is not None and auto is not None
+        most[0] = max(most[0], jobs.in_flight - auto.limit)
+        await asyncio.sleep(0.05)
+
+    jobs = [waits.enqueue(None) for _ in range(300)]
+    worker = worker_runner.start(tasks, auto_concurrency=True, min_concurrency=2, max_concurrency=6)
+    auto = worker.worker._auto
+    assert auto is not None
+    for job in jobs:
+        sync_queue.wait_result(job.id, timeout=120)
+    wait_until(lambda: len(auto.history) >= 4, timeout=30)
+    limits = [2, *(limit for _, limit, _ in auto.history)]
+    assert all(2 <= n <= 6 for n in limits)
+    assert all(b - a <= 1 for a, b in zip(limits, limits[1:], strict=False))
+    for (_, before, _), (_, after, reading) in zip(auto.history, auto.history[1:], strict=False):
+        if after > before:
+            assert reading.host < 0.8 and reading.running >= before
+    # a claim can take a job more than the limit only when the limit just fell
+    assert most[0] <= 1 or min(limits) < max(limits)
+
+
+def test_a_heavy_job_takes_the_room_of_several_light_ones(
+    redis_url: str, queue_name: str, sync_queue: Queue, worker_runner: WorkerRunner
+) -> None:
+    tasks = Tasks(queue_name, url=redis_url)
+    spans: dict[str, list[tuple[float, float]]] = {"heavy": [], "light": []}
+
+    @tasks.task(size=4)
+    async def heavy(data: None) -> None:
+        begin = time.monotonic()
+        await asyncio.sleep(0.3)
+        spans["heavy"].append((begin, time.monotonic()))
+
+    @tasks.task
+    async def light(data: None) -> None:
+        begin = time.monotonic()
+        await asyncio.sleep(0.1)
+        spans["light"].append((begin, time.monotonic()))
+
+    jobs = [heavy.enqueue(None), *(light.enqueue(None) for _ in range(8)), heavy.enqueue(None)]
+    worker_runner.start(tasks, concurrency=4)
+    for job in jobs:
+        sync_queue.wait_result(job.id, timeout=30)
+    for start, end in spans["heavy"]:  # nothing ran beside a heavy job
+        assert not [s for s, e in spans["light"] if s < end and e > start]
+    overlaps = max(
+        sum(1 for s2, e2 in spans["light"] if s2 < e and e2 > s) for s, e in spans["light"]
+    )
+    assert overlaps >= 2  # light jobs did share the room
