@@ -1,6 +1,6 @@
 """`make bench`: Conveyor against the peers and Redis's ceiling, on private Redis servers.
 
-    .venv/bin/python -m bench                          # all: 3 reps (9 single-enqueue), 20-45 min
+    .venv/bin/python -m bench                          # all: 3 reps (9 single-enqueue)
     .venv/bin/python -m bench --quick                  # small N, 1 rep
     .venv/bin/python -m bench --systems conveyor,huey --scenarios process_1proc --reps 5
 
@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
+from bench.netproxy import DelayProxy, round_trip_ms
 from bench.systems import (
-    PEER_VENV,
+    MODULES,
+    NET,
     PEERS,
     RESULTS,
     ROOT,
@@ -34,8 +36,10 @@ from bench.systems import (
     plan,
     python_for,
     subprocess_env,
+    venv_dir,
+    venv_group,
 )
-from bench.venv import ensure_peer_venv, versions
+from bench.venv import ensure_venv, versions
 from conveyor.integrations.redis_server import RedisProcess, find_redis_server
 
 
@@ -44,6 +48,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--n", type=int, default=10_000, help="jobs per enqueue/process/memory run")
     p.add_argument("--bulk-n", type=int, default=100_000, help="jobs per enqueue_bulk run")
     p.add_argument("--lat-n", type=int, default=1_000, help="jobs per latency run")
+    p.add_argument(
+        "--net-n", type=int, default=2_000, help="jobs per network run (latency_net: --lat-n)"
+    )
+    p.add_argument("--net-delay-ms", type=float, default=1.0, help="the proxy's delay each way")
     p.add_argument("--rate", type=float, default=200.0, help="latency: jobs/s sent")
     p.add_argument("--ceiling-n", type=int, default=50_000, help="redis-benchmark requests")
     p.add_argument("--reps", type=int, default=3)
@@ -61,6 +69,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         args.n, args.bulk_n, args.lat_n, args.ceiling_n = 2_000, 20_000, 300, 10_000
+        args.net_n = 500
         given = argv or sys.argv
         args.reps = 1 if "--reps" not in given else args.reps
         args.enqueue_reps = 1 if "--enqueue-reps" not in given else args.enqueue_reps
@@ -77,8 +86,15 @@ def _names(text: str, known: tuple[str, ...], what: str) -> list[str]:
     return names
 
 
+NET_TIMEOUT_FACTOR = 4
+
+
 def scenario_n(args: argparse.Namespace, scenario: str) -> int:
-    return {"enqueue_bulk": args.bulk_n, "latency": args.lat_n}.get(scenario, args.n)
+    if scenario in ("latency", "latency_net"):
+        return int(args.lat_n)
+    if scenario in NET:
+        return int(args.net_n)
+    return int({"enqueue_bulk": args.bulk_n}.get(scenario, args.n))
 
 
 class Harness:
@@ -91,16 +107,29 @@ class Harness:
         binary = args.redis_server or find_redis_server()
         self.queue_server = RedisProcess(binary=binary, data_dir=workdir / "queue-redis")
         self.mark_server = RedisProcess(binary=binary, data_dir=workdir / "mark-redis")
+        self.proxy: DelayProxy | None = None
 
     def __enter__(self) -> Harness:
         self.queue_server.start()
         self.mark_server.start()
+        if any(sc in NET for sc in self.args.scenarios):
+            port = int(self.queue_server.url.rsplit(":", 1)[1].split("/")[0])
+            self.proxy = DelayProxy(port, self.args.net_delay_ms / 1000).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.kill_leftovers()
+        if self.proxy is not None:
+            self.proxy.stop()
         self.queue_server.stop()
         self.mark_server.stop()
+
+    def round_trips_ms(self) -> dict[str, float]:
+        """PING round trips to the queue server, direct and through the proxy (median)."""
+        out = {"direct": round(round_trip_ms(self.queue_server.url), 3)}
+        if self.proxy is not None:
+            out["through_the_proxy"] = round(round_trip_ms(self.proxy.url), 3)
+        return out
 
     def kill_leftovers(self) -> None:
         """Worker process groups a driver started and could not stop (it was killed)."""
@@ -113,19 +142,23 @@ class Harness:
 
     def run(self, system: str, scenario: str) -> dict[str, Any]:
         a = self.args
+        # across the network a peer paying round trips per job drains slowly (rq: about
+        # 16 jobs/s at tiny N here), so its backlog gets NET_TIMEOUT_FACTOR times as long
+        timeout = a.timeout * (NET_TIMEOUT_FACTOR if scenario in NET else 1)
         python = python_for(system)
-        module = {"redis": ""}.get(system, f"bench.{_module_tail(system)}")
+        module = MODULES.get(system, "")
         cmd = [
             str(python), "-m", "bench.driver", "--system", system, "--module", module,
             "--scenario", scenario, "--n", str(scenario_n(a, scenario)),
             "--lat-n", str(a.lat_n), "--rate", str(a.rate), "--ceiling-n", str(a.ceiling_n),
             "--queue-url", self.queue_server.url, "--mark-url", self.mark_server.url,
-            "--timeout", str(a.timeout), "--pidfile", str(self.pidfile),
+            "--client-url", self.proxy.url if scenario in NET and self.proxy else "",
+            "--timeout", str(timeout), "--pidfile", str(self.pidfile),
             "--logdir", str(self.logdir),
         ]  # fmt: skip
         env = subprocess_env(self.queue_server.url, self.mark_server.url, python)
         err = self.logdir / f"driver-{system}-{scenario}.err"
-        limit = a.timeout * 2 + 600
+        limit = timeout * 2 + 600
         with open(err, "ab") as stderr:
             proc = subprocess.Popen(
                 cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=stderr,
@@ -150,10 +183,6 @@ class Harness:
         return {"error": f"the driver exited with {proc.returncode}: " + " | ".join(tail)}
 
 
-def _module_tail(system: str) -> str:
-    return "conveyor_adapter" if system == "conveyor" else f"peers.{system}_peer"
-
-
 def source_state() -> dict[str, str]:
     """Which Conveyor was measured: the commit, and a digest of uncommitted changes to src/."""
 
@@ -173,9 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     systems: list[str] = args.systems
     scenarios: list[str] = args.scenarios
     peers = [s for s in systems if s in PEERS]
-    venv_error = ensure_peer_venv(install=not args.no_install) if peers else None
-    if venv_error:
-        print(f"peers' venv unusable: {venv_error}", file=sys.stderr)
+    venv_errors = {}
+    for group in dict.fromkeys(g for g in map(venv_group, peers) if g is not None):
+        venv_errors[group] = ensure_venv(group, install=not args.no_install)
+        if venv_errors[group]:
+            print(f"{venv_dir(group).name} unusable: {venv_errors[group]}", file=sys.stderr)
     rng = random.Random(args.seed)
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     started = time.time()
@@ -184,10 +215,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bench: work dir {workdir}; systems {systems}; scenarios {scenarios}", flush=True)
     with Harness(args, workdir) as harness:
         print(f"bench: queue Redis {harness.queue_server.url}, marks {harness.mark_server.url}")
+        round_trips = harness.round_trips_ms()
+        print(f"bench: PING round trips (ms): {round_trips}", flush=True)
         for rep, scenario, system in plan(systems, scenarios, args.reps, args.enqueue_reps, rng):
             t = time.monotonic()
-            if system in PEERS and venv_error:
-                result = {"error": f"peers' venv unusable: {venv_error}"}
+            group = venv_group(system)
+            if group is not None and venv_errors.get(group):
+                result = {"error": f"{venv_dir(group).name} unusable: {venv_errors[group]}"}
             else:
                 result = harness.run(system, scenario)
             result["rep"] = rep
@@ -205,14 +239,17 @@ def main(argv: list[str] | None = None) -> int:
         "n": args.n,
         "bulk_n": args.bulk_n,
         "lat_n": args.lat_n,
+        "net_n": args.net_n,
+        "net_delay_ms_each_way": args.net_delay_ms,
+        "ping_round_trip_ms": round_trips,
         "rate": args.rate,
         "ceiling_n": args.ceiling_n,
         "cpus": os.cpu_count(),
         "load_average_at_end": list(os.getloadavg()),
         "python": sys.version.split()[0],
-        "versions": versions(peers, venv_error is None),
+        "versions": versions({g: e is None for g, e in venv_errors.items()}),
         "conveyor_source": {"at_start": source_at_start, "at_end": source_state()},
-        "peer_venv": str(PEER_VENV.relative_to(ROOT)),
+        "peer_venvs": {s: venv_dir(g).name for s in peers if (g := venv_group(s))},
         "work_dir": str(workdir),
     }
     out = Path(args.out)

@@ -13,28 +13,37 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from bench.systems import ASYNC_CAPABLE
+
 PANELS = (
     ("enqueue_single", "jobs_per_s", "enqueue one at a time, jobs/s"),
     ("enqueue_bulk", "jobs_per_s", "bulk enqueue, jobs/s"),
-    ("process_1proc", "jobs_per_s", "1 worker process, jobs/s"),
-    ("process_2proc", "jobs_per_s", "2 worker processes, jobs/s"),
+    ("process_1proc", "jobs_per_s", "1 worker process at defaults, jobs/s"),
+    ("process_2proc", "jobs_per_s", "2 worker processes at defaults, jobs/s"),
+    ("process_1proc_c100", "jobs_per_s", "1 worker process, async at concurrency 100, jobs/s"),
+    ("process_2proc_c100", "jobs_per_s", "2 worker processes, async at concurrency 100, jobs/s"),
     ("latency", "p50_ms", "enqueue to start p50 / p99, ms (log)"),
     ("redis_memory", "bytes_per_job", "Redis bytes per waiting job"),
+    ("process_1proc_net_c100", "jobs_per_s", "+1 ms each way: 1 worker process (c100), jobs/s"),
 )
 SUBJECT = "conveyor"
 
 
 def series(doc: dict[str, Any], scenario: str, key: str) -> list[tuple[str, float, float | None]]:
-    """(label, value, second value) per system, best first."""
+    """(label, value, second value) per system, best first. In the equal-concurrency panels
+    a thread-pool peer shows its defaults' figure, as in the ratios."""
     rows = []
     for rec in doc["records"]:
         if rec["scenario"] == scenario and rec.get(key) is not None:
-            second = rec.get("p99_ms") if scenario == "latency" else None
+            second = rec.get("p99_ms") if scenario.startswith("latency") else None
             rows.append((rec["system"], float(rec[key]), second))
+        stands_in = scenario.endswith("_c100") and rec["scenario"] == scenario[: -len("_c100")]
+        if stands_in and rec["system"] not in ASYNC_CAPABLE and rec.get(key) is not None:
+            rows.append((f"{rec['system']} (defaults)", float(rec[key]), None))
         async_row = scenario == "enqueue_single" and rec["scenario"] == "enqueue_single_async"
         if async_row and rec["system"] == SUBJECT and rec.get(key) is not None:
             rows.append((f"{SUBJECT} (async)", float(rec[key]), None))
-    lower_better = scenario in ("latency", "redis_memory")
+    lower_better = scenario.startswith(("latency", "redis_memory"))
     return sorted(rows, key=lambda r: r[1], reverse=not lower_better)
 
 
@@ -44,7 +53,7 @@ def matplotlib_chart(doc: dict[str, Any], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 3, figsize=(16, 9))
+    fig, axes = plt.subplots(3, 3, figsize=(17, 14))
     for ax, (scenario, key, title) in zip(axes.flat, PANELS, strict=True):
         rows = series(doc, scenario, key)
         if not rows:
@@ -56,7 +65,7 @@ def matplotlib_chart(doc: dict[str, Any], out: Path) -> None:
         colors = ["#d9480f" if label.startswith(SUBJECT) else "#4c6ef5" for label in labels]
         y = range(len(rows))
         ax.barh(list(y), values, color=colors)
-        if scenario == "latency":
+        if scenario.startswith("latency"):
             p99 = [r[2] or 0 for r in rows]
             ax.scatter(p99, list(y), marker="|", s=200, color="black", label="p99")
             ax.set_xscale("log")
@@ -79,8 +88,8 @@ def matplotlib_chart(doc: dict[str, Any], out: Path) -> None:
 
 
 def plain_chart(doc: dict[str, Any], out: Path) -> None:
-    """Six panels of horizontal bars; Conveyor orange, peers blue. No text."""
-    width, height = 900, 600
+    """Nine panels of horizontal bars; Conveyor orange, peers blue. No text."""
+    width, height = 900, 900
     pixels = bytearray([255] * (width * height * 3))
 
     def rect(x0: int, y0: int, x1: int, y1: int, rgb: tuple[int, int, int]) -> None:

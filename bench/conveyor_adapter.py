@@ -1,9 +1,10 @@
 """Conveyor, the system under test: its worker module and its enqueue calls.
 
 The worker runs through Conveyor's own CLI with leases, heartbeats and events
-on, as always (there is no switch to turn them off):
+on, as always (there is no switch to turn them off), at the CLI's default
+concurrency (10) or, in the `*_c100` scenarios, at 100:
 
-    conveyor worker bench.conveyor_adapter:tasks --url URL --concurrency 100
+    conveyor worker bench.conveyor_adapter:tasks --url URL [--concurrency 100]
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.mark import mark
+from bench.systems import at_defaults, concurrency
 from conveyor import AsyncQueue, JobRequest, Queue
 from conveyor.client.tasks import Tasks
 
@@ -22,9 +24,10 @@ API = "sync"  # enqueue_single uses Queue; enqueue_single_async uses AsyncQueue
 PER_JOB_STATE = True
 BULK = "Queue.enqueue_many"
 QUEUE = "bench"
-CONCURRENCY = int(os.environ.get("BENCH_CONVEYOR_CONCURRENCY", "100"))
+CLI_DEFAULT = 10  # `conveyor worker --concurrency`'s default
+CONCURRENCY = concurrency(CLI_DEFAULT)
 SETTINGS = (
-    f"`conveyor worker --concurrency {CONCURRENCY}` (async handler; lease 30 s, "
+    f"`conveyor worker` at concurrency {CONCURRENCY} (async handler; lease 30 s, "
     "heartbeat every 10 s, events stream capped at 10,000: the defaults)"
 )
 # The `completed` events of the queue's stream tell when a job's outcome is in Redis.
@@ -41,10 +44,8 @@ async def noop(arg: Any) -> None:
 
 def worker_command(python: str) -> list[str]:
     conveyor = str(Path(python).parent / "conveyor")
-    return [
-        conveyor, "worker", "bench.conveyor_adapter:tasks",
-        "--url", URL, "--concurrency", str(CONCURRENCY),
-    ]  # fmt: skip
+    cmd = [conveyor, "worker", "bench.conveyor_adapter:tasks", "--url", URL]
+    return cmd if at_defaults() else [*cmd, "--concurrency", str(CONCURRENCY)]
 
 
 class Client:

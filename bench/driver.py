@@ -6,7 +6,14 @@
 The last stdout line is `BENCH-RESULT <json>`. The queue server is the one the
 library uses; the mark server only receives the jobs' marks (bench/mark.py) and
 the harness's polling, so the queue server's statistics are the library's alone.
-Both are private servers of the harness: this process flushes them freely.
+Both are private servers of the harness: this process flushes them freely. The
+library's clients (producers and workers) use `--client-url`: the queue server
+itself, or the delay proxy in front of it in the network scenarios; this process
+reads the server's statistics directly.
+
+Redis's work per job is sampled inside the steady window: `INFO cpu` and
+`INFO commandstats` when 10% and again when 90% of the jobs are done (processing)
+or sent (single enqueue), divided by the jobs between the two samples.
 """
 
 from __future__ import annotations
@@ -32,11 +39,12 @@ from typing import Any
 import redis
 
 from bench.stats import percentile
-from bench.systems import ROOT, subprocess_env
+from bench.systems import EQUAL, ROOT, SPECS, subprocess_env
 
 POLL = 0.01
 WARM_JOBS = 20
 PAYLOAD_100 = "x" * 100
+WINDOW = (0.1, 0.9)  # the steady window: from 10% to 90% of the jobs
 
 
 async def maybe(value: Any) -> Any:
@@ -48,13 +56,18 @@ class Ctx:
         self.args = args
         self.system: str = args.system
         self.n: int = args.n
+        self.spec = SPECS[args.scenario]
         self.queue_url: str = args.queue_url
+        self.client_url: str = args.client_url or args.queue_url
         self.mark_url: str = args.mark_url
         self.qr = redis.Redis.from_url(args.queue_url)
         self.mr = redis.Redis.from_url(args.mark_url)
         self.python = Path(sys.executable)
-        self.env = subprocess_env(args.queue_url, args.mark_url, self.python)
-        os.environ.update({k: self.env[k] for k in ("BENCH_REDIS_URL", "BENCH_MARK_URL")})
+        concurrency = str(EQUAL) if self.spec.c100 else ""
+        self.env = subprocess_env(self.client_url, args.mark_url, self.python, concurrency)
+        os.environ.update(
+            {k: self.env[k] for k in ("BENCH_REDIS_URL", "BENCH_MARK_URL", "BENCH_CONCURRENCY")}
+        )
         self.logdir = Path(args.logdir)
         self.workers: list[tuple[subprocess.Popen[bytes], Path]] = []
         self.adapter: ModuleType | None = None
@@ -108,11 +121,18 @@ class Ctx:
             parts.append(f"--- {log.name}\n" + "\n".join(lines))
         return "\n".join(parts)
 
-    def wait_done(self, target: int, timeout: float) -> float:
-        """Poll the mark server until `target` jobs ran; the time seen."""
+    def wait_done(
+        self, target: int, timeout: float, samples: list[tuple[int, dict[str, Any]]] | None = None
+    ) -> float:
+        """Poll the mark server until `target` jobs ran; the time seen. With `samples`,
+        take the queue server's statistics when 10% and when 90% of `target` are done."""
         deadline = time.monotonic() + timeout
+        marks = [int(target * f) for f in WINDOW] if samples is not None else []
         while True:
             done = int(self.mr.get("bench:done") or 0)
+            if samples is not None and marks and marks[0] <= done < target:
+                samples.append((done, self.server_stats()))
+                marks = [m for m in marks[1:] if m > done]
             if done >= target:
                 return time.time()
             if time.monotonic() > deadline:
@@ -128,11 +148,31 @@ class Ctx:
     def server_stats(self) -> dict[str, Any]:
         cpu = self.qr.info("cpu")
         commands = self.qr.info("commandstats")
-        calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in commands.items()}
+        calls = {
+            k.removeprefix("cmdstat_"): int(v["calls"])
+            for k, v in commands.items()
+            if k != "cmdstat_info"  # the harness's own sampling
+        }
         return {
             "cpu": float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]),
             "calls": calls,
         }
+
+
+def window_cost(
+    samples: list[tuple[int, dict[str, Any]]],
+    whole: tuple[dict[str, Any], dict[str, Any], int],
+) -> dict[str, Any]:
+    """The steady window's cost per job when both samples were taken at distinct
+    counts, else the whole run's (a tiny N drains between two polls); both are kept."""
+    before, after, n = whole
+    out = {f"{k}_whole_run": v for k, v in cost_per_job(before, after, n).items()}
+    if len(samples) == 2 and samples[1][0] > samples[0][0]:
+        (n0, s0), (n1, s1) = samples
+        out |= cost_per_job(s0, s1, n1 - n0) | {"redis_window": f"jobs {n0}-{n1}"}
+    else:
+        out |= cost_per_job(before, after, n) | {"redis_window": "whole run"}
+    return out
 
 
 def _signal_group(pid: int, sig: int) -> None:
@@ -144,6 +184,7 @@ def cost_per_job(before: dict[str, Any], after: dict[str, Any], n: int) -> dict[
     """Redis server CPU and commands per job between two snapshots.
 
     Commands run inside scripts are counted too (Redis 7 counts them)."""
+    n = max(n, 1)
     calls = {
         k: after["calls"].get(k, 0) - before["calls"].get(k, 0)
         for k in after["calls"]
@@ -166,7 +207,7 @@ async def open_client(ctx: Ctx) -> Any:
     (then `after_flush()`, where the adapter has one, restores what a producer's
     start-up normally leaves in Redis)."""
     ctx.flush()
-    client = ctx.load().Client(ctx.queue_url)
+    client = ctx.load().Client(ctx.client_url)
     await maybe(client.open())
     await maybe(client.enqueue(0.0))
     if hasattr(client, "aenqueue"):
@@ -192,17 +233,25 @@ async def fill(client: Any, args: list[Any]) -> None:
 
 
 async def enqueue_single(ctx: Ctx, *, use_async: bool = False) -> dict[str, Any]:
+    """N single enqueues, timed; the server's statistics sampled between the first 10%
+    and the last 10% of them (the sampling's own time is not counted)."""
     client = await open_client(ctx)
     fn = client.aenqueue if use_async else client.enqueue
-    args = [0.0] * ctx.n
-    start = time.perf_counter()
-    await enqueue_loop(fn, args)
-    elapsed = time.perf_counter() - start
+    cuts = [0, int(ctx.n * WINDOW[0]), int(ctx.n * WINDOW[1]), ctx.n]
+    before = ctx.server_stats()
+    elapsed = 0.0
+    samples = []
+    for lo, hi in zip(cuts, cuts[1:], strict=False):
+        start = time.perf_counter()
+        await enqueue_loop(fn, [0.0] * (hi - lo))
+        elapsed += time.perf_counter() - start
+        samples.append((hi, ctx.server_stats()))
     await maybe(client.close())
     if ctx.qr.dbsize() == 0:
         raise RuntimeError("nothing reached Redis")
     api = "async" if inspect.iscoroutinefunction(fn) else "sync"
-    return {"jobs_per_s": ctx.n / elapsed, "seconds": elapsed, "api": api}
+    cost = window_cost(samples[:2], (before, samples[-1][1], ctx.n))
+    return {"jobs_per_s": ctx.n / elapsed, "seconds": elapsed, "api": api, **cost}
 
 
 async def enqueue_single_async(ctx: Ctx) -> dict[str, Any]:
@@ -231,11 +280,18 @@ async def enqueue_bulk(ctx: Ctx) -> dict[str, Any]:
     if not hasattr(client, "bulk"):
         raise RuntimeError("no bulk API")
     args = [0.0] * ctx.n
+    before = ctx.server_stats()
     start = time.perf_counter()
     await maybe(client.bulk(args))
     elapsed = time.perf_counter() - start
+    after = ctx.server_stats()
     await maybe(client.close())
-    return {"jobs_per_s": ctx.n / elapsed, "seconds": elapsed, "api": ctx.load().BULK}
+    return {
+        "jobs_per_s": ctx.n / elapsed,
+        "seconds": elapsed,
+        "api": ctx.load().BULK,
+        **cost_per_job(before, after, ctx.n),
+    }
 
 
 async def process(ctx: Ctx, procs: int) -> dict[str, Any]:
@@ -246,11 +302,12 @@ async def process(ctx: Ctx, procs: int) -> dict[str, Any]:
     if int(ctx.qr.dbsize()) == 0:
         raise RuntimeError("the backlog did not reach Redis")
     before = ctx.server_stats()
+    samples: list[tuple[int, dict[str, Any]]] = []
     spawned = time.time()
     try:
         for i in range(procs):
             ctx.spawn(f"w{i}")
-        all_done = await asyncio.to_thread(ctx.wait_done, ctx.n, ctx.args.timeout)
+        all_done = await asyncio.to_thread(ctx.wait_done, ctx.n, ctx.args.timeout, samples)
         after = ctx.server_stats()
         firsts = [float(v) for v in ctx.mr.hvals("bench:first")]
         lasts = [float(v) for v in ctx.mr.hvals("bench:last")]
@@ -263,16 +320,9 @@ async def process(ctx: Ctx, procs: int) -> dict[str, Any]:
         "jobs_per_s_incl_startup": ctx.n / (all_done - spawned),
         "startup_s": first - spawned,
         "worker_processes_that_ran_jobs": len(firsts),
-        **cost_per_job(before, after, ctx.n),
+        "concurrency": ctx.env["BENCH_CONCURRENCY"] or "default",
+        **window_cost(samples, (before, after, ctx.n)),
     }
-
-
-async def process_1proc(ctx: Ctx) -> dict[str, Any]:
-    return await process(ctx, 1)
-
-
-async def process_2proc(ctx: Ctx) -> dict[str, Any]:
-    return await process(ctx, 2)
 
 
 class CompletionWatcher(threading.Thread):
@@ -377,13 +427,18 @@ async def ceiling(ctx: Ctx) -> dict[str, Any]:
     return await asyncio.to_thread(run_ceiling, ctx.queue_url, ctx.args)
 
 
-SCENARIOS = {
+async def run_scenario(ctx: Ctx) -> dict[str, Any]:
+    kind = ctx.spec.kind
+    if kind == "process":
+        return await process(ctx, ctx.spec.procs)
+    return await KINDS[kind](ctx)  # type: ignore[no-any-return]
+
+
+KINDS: dict[str, Callable[[Ctx], Any]] = {
     "enqueue_single": enqueue_single,
     "enqueue_single_async": enqueue_single_async,
     "enqueue_single_uvloop": enqueue_single_uvloop,
     "enqueue_bulk": enqueue_bulk,
-    "process_1proc": process_1proc,
-    "process_2proc": process_2proc,
     "latency": latency,
     "redis_memory": redis_memory,
     "ceiling": ceiling,
@@ -394,7 +449,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.driver")
     p.add_argument("--system", required=True)
     p.add_argument("--module", default="")
-    p.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
+    p.add_argument("--scenario", required=True, choices=sorted(SPECS))
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--lat-n", type=int, default=1000)
     p.add_argument("--rate", type=float, default=200.0)
@@ -402,6 +457,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--claim-count", type=int, default=100)
     p.add_argument("--queue-url", required=True)
     p.add_argument("--mark-url", required=True)
+    p.add_argument("--client-url", default="", help="the library's URL (default: --queue-url)")
     p.add_argument("--timeout", type=float, default=180.0)
     p.add_argument("--pidfile", default="")
     p.add_argument("--logdir", required=True)
@@ -415,7 +471,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         with asyncio.Runner(loop_factory=loop_factory(args.scenario)) as runner:
-            result = runner.run(SCENARIOS[args.scenario](ctx))
+            result = runner.run(run_scenario(ctx))
     except Exception as exc:
         traceback.print_exc()
         message = f"{type(exc).__name__}: {exc}".strip()

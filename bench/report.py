@@ -9,11 +9,15 @@ from typing import Any
 
 from bench.stats import median
 from bench.systems import (
+    ASYNC_CAPABLE,
+    ASYNC_ONLY,
     HAS_BULK,
     PEERS,
     PER_JOB_STATE,
+    PUBLISHED,
     REDIS,
     ROOT,
+    SPECS,
     SUBJECT,
     applies,
 )
@@ -22,6 +26,11 @@ from bench.venv import peer_python
 FIELDS = ("jobs_per_s", "p50_ms", "p99_ms", "bytes_per_job")
 EXTRA = ("complete_p50_ms", "complete_p99_ms")
 BULK_TARGET = 50_000.0
+PROCESS_TARGET = 5.0  # x the fastest peer row, at defaults and at equal concurrency
+NET_PROCESS_TARGET = 10.0  # x the fastest peer row with 1 ms added each way
+NET_P50_MS = 3.0
+REDIS_CPU_PER_PROCESSED_US = 10.0
+COST = ("redis_cpu_us_per_job", "redis_commands_per_job")
 
 
 def brief(result: dict[str, Any]) -> str:
@@ -58,13 +67,17 @@ def record(system: str, scenario: str, runs: list[dict[str, Any]] | None) -> dic
         return rec
     for key in FIELDS:
         rec[key] = _med(runs, key)
-    if scenario == "latency":
+    if SPECS[scenario].kind == "latency":
         for key in EXTRA:
             rec[key] = _med(runs, key)
     errors = [r["error"] for r in runs if "error" in r]
     if errors:
         rec["error"] = errors[0]
         rec["failed_runs"] = len(errors)
+    for key in COST:
+        value = _med(runs, key)
+        if value is not None:
+            rec[key] = value
     apis = {r.get("api") for r in runs if r.get("api")}
     if apis:
         rec["api"] = ", ".join(sorted(apis))
@@ -80,17 +93,27 @@ def per_rep(runs: dict[tuple[str, str], list[dict[str, Any]]], system: str, scen
     }
 
 
+def stand_in(peer: str, scenario: str) -> str:
+    """The scenario whose figure counts for `peer` in `scenario`: in the equal-concurrency
+    scenarios a thread-pool peer (no asyncio concurrency setting) counts with its defaults."""
+    if SPECS[scenario].c100 and peer not in ASYNC_CAPABLE:
+        return scenario.replace("_c100", "")
+    return scenario
+
+
 def best_peer_ratios(
     runs: dict[tuple[str, str], list[dict[str, Any]]],
     scenario: str,
     subject_scenario: str,
     peers: list[str],
 ) -> tuple[float | None, list[float], list[str]]:
-    """Median over reps of Conveyor / the fastest peer of that rep (higher is better)."""
+    """Median over reps of Conveyor / the fastest peer row of that rep (higher is better)."""
     mine = per_rep(runs, SUBJECT, subject_scenario, "jobs_per_s")
     ratios, fastest = [], []
     for rep, value in sorted(mine.items()):
-        peer_values = {p: per_rep(runs, p, scenario, "jobs_per_s").get(rep) for p in peers}
+        peer_values = {
+            p: per_rep(runs, p, stand_in(p, scenario), "jobs_per_s").get(rep) for p in peers
+        }
         peer_values = {p: v for p, v in peer_values.items() if v}
         if not peer_values:
             continue
@@ -110,22 +133,56 @@ def targets(
     def add(name: str, goal: str, value: float | None, holds: bool | None, **more: Any) -> None:
         out.append({"target": name, "goal": goal, "measured": value, "holds": holds, **more})
 
-    for scenario in ("process_1proc", "process_2proc"):
-        ratio, per, fastest = best_peer_ratios(runs, scenario, scenario, peers)
-        add(scenario, ">= 3x the fastest peer (median of per-rep ratios)", ratio,
-            None if ratio is None else ratio >= 3, per_rep=per, fastest_peer=fastest)  # fmt: skip
-    for mine, label in (("enqueue_single", "sync"), ("enqueue_single_async", "async")):
-        ratio, per, fastest = best_peer_ratios(runs, "enqueue_single", mine, peers)
-        add(f"enqueue_single ({label})", ">= 1x the fastest peer's enqueue_single", ratio,
-            None if ratio is None else ratio >= 1, per_rep=per, fastest_peer=fastest)  # fmt: skip
-        if label == "async":
-            async_peers = [p for p in peers if p in ("arq", "saq", "taskiq", "bullmq")]
-            ratio, per, fastest = best_peer_ratios(runs, "enqueue_single", mine, async_peers)
-            add("enqueue_single (async) vs asyncio-only peers", "(for information)", ratio, None,
-                per_rep=per, fastest_peer=fastest)  # fmt: skip
-    ratio, per, fastest = best_peer_ratios(runs, "enqueue_single", "enqueue_single_uvloop", peers)
-    add("enqueue_single (async, on uvloop)", "(for information: the same client on uvloop's loop)",
-        ratio, None, per_rep=per, fastest_peer=fastest)  # fmt: skip
+    def ratio_target(scenario: str, mine: str, group: list[str], times: float | None,
+                     name: str | None = None, goal: str | None = None) -> None:  # fmt: skip
+        ratio, per, fastest = best_peer_ratios(runs, scenario, mine, group)
+        goal = goal or (f">= {times:g}x the fastest peer row" if times else "(for information)")
+        holds = None if ratio is None or times is None else ratio >= times
+        add(name or scenario, goal, ratio, holds, per_rep=per, fastest_peer=fastest)
+
+    measured_here = [p for p in peers if p != "chasquimq" or _ran(runs, p)]
+    for scenario in ("process_1proc", "process_2proc", "process_1proc_c100",
+                     "process_2proc_c100"):  # fmt: skip
+        if (SUBJECT, scenario) in records:
+            ratio_target(scenario, scenario, measured_here, PROCESS_TARGET)
+    for scenario in ("process_1proc_net", "process_1proc_net_c100"):
+        if (SUBJECT, scenario) in records:
+            ratio_target(scenario, scenario, measured_here, NET_PROCESS_TARGET)
+    _chasquimq_targets(runs, records, peers, add)
+    net = records.get((SUBJECT, "latency_net"), {}).get("p50_ms")
+    if (SUBJECT, "latency_net") in records:
+        add("latency_net p50 (enqueue to start)", f"< {NET_P50_MS:g} ms", net,
+            None if net is None else net < NET_P50_MS)  # fmt: skip
+    for scenario in ("process_1proc_c100", "process_1proc"):
+        cpu = records.get((SUBJECT, scenario), {}).get("redis_cpu_us_per_job")
+        if (SUBJECT, scenario) in records:
+            add(f"Redis CPU per processed job ({scenario})",
+                f"<= {REDIS_CPU_PER_PROCESSED_US:g} µs", cpu,
+                None if cpu is None else cpu <= REDIS_CPU_PER_PROCESSED_US)  # fmt: skip
+    cpu = records.get((SUBJECT, "enqueue_single"), {}).get("redis_cpu_us_per_job")
+    hueys = {p: records.get((p, "enqueue_single"), {}).get("redis_cpu_us_per_job")
+             for p in peers if p.split("@")[0] == "huey"}  # fmt: skip
+    hueys = {p: v for p, v in hueys.items() if v is not None}
+    if cpu is not None and hueys:
+        low = min(hueys, key=lambda p: hueys[p])
+        add("Redis CPU per enqueued job (enqueue_single)", "<= Huey's (its lowest install)", cpu,
+            cpu <= hueys[low], lowest_peer=low, lowest_peer_value=hueys[low])  # fmt: skip
+    elif (SUBJECT, "enqueue_single") in records:
+        add("Redis CPU per enqueued job (enqueue_single)", "<= Huey's", cpu, None)
+    ratio_target("enqueue_single", "enqueue_single", peers, 1.0, "enqueue_single (sync)",
+                 ">= 1x the fastest peer row's enqueue_single")  # fmt: skip
+    async_peers = [p for p in peers if p in ASYNC_ONLY]
+    ratio_target("enqueue_single", "enqueue_single_async", async_peers, 1.0,
+                 "enqueue_single (async) vs the asyncio-only peers",
+                 ">= 1x the fastest asyncio-only peer row")  # fmt: skip
+    ratio_target("enqueue_single", "enqueue_single_async", peers, None,
+                 "enqueue_single (async) vs every peer")  # fmt: skip
+    ratio_target("enqueue_single", "enqueue_single_uvloop", peers, None,
+                 "enqueue_single (async, on uvloop)",
+                 "(for information: the same client on uvloop's loop)")  # fmt: skip
+    if (SUBJECT, "enqueue_single_net") in records:
+        ratio_target("enqueue_single_net", "enqueue_single_net", peers, None,
+                     "enqueue_single_net (sync)")  # fmt: skip
     bulk = records.get((SUBJECT, "enqueue_bulk"), {}).get("jobs_per_s")
     add("enqueue_bulk", ">= 50,000 jobs/s", bulk, None if bulk is None else bulk >= BULK_TARGET)
     lat = records.get((SUBJECT, "latency"), {})
@@ -146,11 +203,39 @@ def targets(
     else:
         add("redis_memory", "<= the lowest peer that keeps per-job state", mem, None)
     ceiling = records.get((REDIS, "ceiling"), {}).get("jobs_per_s")
-    own = records.get((SUBJECT, "process_1proc"), {}).get("jobs_per_s")
+    own = records.get((SUBJECT, "process_1proc_c100"), {}).get("jobs_per_s")
     if ceiling and own:
-        add("process_1proc vs Redis ceiling", "(for information: share of what Redis allows)",
+        add("process_1proc_c100 vs Redis ceiling",
+            "(for information: share of what Redis allows at claim/ack batches of 100)",
             own / ceiling, None, ceiling_jobs_per_s=ceiling)  # fmt: skip
     return out
+
+
+def _ran(runs: dict[tuple[str, str], list[dict[str, Any]]], system: str) -> bool:
+    return any("error" not in r for (sy, _), rs in runs.items() if sy == system for r in rs)
+
+
+def _chasquimq_targets(
+    runs: dict[tuple[str, str], list[dict[str, Any]]],
+    records: dict[tuple[str, str], dict[str, Any]],
+    peers: list[str],
+    add: Any,
+) -> None:
+    """At least ChasquiMQ's throughput on the same server, where it can run."""
+    if "chasquimq" not in peers:
+        return
+    goal = ">= 1x ChasquiMQ on the same server"
+    for scenario in ("process_1proc_c100", "process_2proc_c100"):
+        if (SUBJECT, scenario) not in records:
+            continue
+        ratio, per, _ = best_peer_ratios(runs, scenario, scenario, ["chasquimq"])
+        if ratio is not None:
+            add(f"{scenario} vs ChasquiMQ", goal, ratio, ratio >= 1, per_rep=per,
+                fastest_peer=["chasquimq"] * len(per))  # fmt: skip
+            continue
+        error = records.get(("chasquimq", scenario), {}).get("error") or "not run"
+        add(f"{scenario} vs ChasquiMQ", goal, None, None,
+            note="ChasquiMQ could not run here: " + error.splitlines()[0][:200])  # fmt: skip
 
 
 # --- markdown ----------------------------------------------------------------------
@@ -195,6 +280,8 @@ def markdown(
         f"{', '.join(f'{x:.1f}' for x in meta['load_average_at_end'])}.",
         "Medians over reps, (min–max) when there was more than one. Method: bench/README.md.",
         "",
+        "## Every system at its defaults (Conveyor at its CLI default, concurrency 10)",
+        "",
         "| system | enqueue_single jobs/s | enqueue_single_async jobs/s | enqueue_bulk jobs/s "
         "| process_1proc jobs/s | process_2proc jobs/s | latency p50 / p99 ms (to start) "
         "| to complete p50 / p99 ms | redis_memory bytes/job |",
@@ -225,7 +312,7 @@ def markdown(
         if system in PER_JOB_STATE:
             memory += " ¹"
         lines.append(
-            f"| {'**conveyor**' if system == SUBJECT else system} | {single} | "
+            f"| {_name(system)} | {single} | "
             f"{async_single} | {bulk} | "
             f"{_cell(r['process_1proc'], 'jobs_per_s')} | "
             f"{_cell(r['process_2proc'], 'jobs_per_s')} | {latency} | {complete} | {memory} |"
@@ -236,8 +323,14 @@ def markdown(
         'compares with. "(async)": the library has only an asyncio API. To complete: when the '
         "job's `completed` event is seen on its events stream (only Conveyor and BullMQ publish "
         "one per job).",
+    ]
+    lines += _equal_table(records, systems)
+    lines += _net_table(records, systems, meta)
+    lines += _cost_table(records, systems)
+    lines += _published(systems)
+    lines += [
         "",
-        "## Targets (ratios within each rep, then the median)",
+        "## Targets (ratios within each rep, then the median; the fastest peer row of each rep)",
         "",
         "| target | goal | measured | holds | per rep |",
         "|---|---|---|---|---|",
@@ -250,10 +343,16 @@ def markdown(
             shown = f"{value:.2f}x"
         elif "ms" in g["goal"]:
             shown = f"{value:.2f} ms"
+        elif "µs" in g["goal"] or "Huey" in g["goal"]:
+            shown = f"{value:.1f} µs"
         else:
             shown = _num(value)
         if g["target"] == "redis_memory" and g.get("lowest_peer"):
             shown += f" vs {g['lowest_peer']} {g['lowest_peer_bytes']:,.0f}"
+        if g.get("lowest_peer_value") is not None:
+            shown += f" vs {g['lowest_peer']} {g['lowest_peer_value']:.1f} µs"
+        if g.get("note"):
+            shown = g["note"]
         if g["target"].endswith("Redis ceiling") and g.get("ceiling_jobs_per_s"):
             shown += f" of {g['ceiling_jobs_per_s']:,.0f} jobs/s"
         holds = {True: "yes", False: "**no**", None: "–"}[g["holds"]]
@@ -262,7 +361,6 @@ def markdown(
                                              strict=False)
         )  # fmt: skip
         lines.append(f"| {g['target']} | {g['goal']} | {shown} | {holds} | {per} |")
-    lines += _cost_table(records, systems)
     lines += _ceiling_table(records.get((REDIS, "ceiling")))
     errors = [rec for rec in records.values() if rec.get("error")]
     if errors:
@@ -277,26 +375,116 @@ def markdown(
     return "\n".join(lines)
 
 
-def _cost_table(records: dict[tuple[str, str], dict[str, Any]], systems: list[str]) -> list[str]:
+def _name(system: str) -> str:
+    return "**conveyor**" if system == SUBJECT else system
+
+
+def _table(
+    records: dict[tuple[str, str], dict[str, Any]],
+    systems: list[str],
+    columns: list[tuple[str, str, str, int]],
+) -> list[str]:
+    """One row per system that has a figure in any column: (header, scenario, key, digits).
+    A cell shows what stands in for a system that does not run the scenario."""
     lines = [
-        "",
-        "## Redis work per job while one worker drains the backlog (process_1proc)",
-        "",
-        "| system | Redis CPU µs/job | commands/job (in scripts too) | scripts/job "
-        "| top commands/job |",
-        "|---|---|---|---|---|",
+        "| system | " + " | ".join(c[0] for c in columns) + " |",
+        "|---|" + "---|" * len(columns),
     ]
     for system in systems:
-        runs = [r for r in records.get((system, "process_1proc"), {}).get("runs", [])
-                if "error" not in r and "redis_cpu_us_per_job" in r]  # fmt: skip
-        if not runs:
-            continue
-        last = runs[-1]
-        cpu = median([r["redis_cpu_us_per_job"] for r in runs])
-        cmds = median([r["redis_commands_per_job"] for r in runs])
-        scripts = median([r["scripts_per_job"] for r in runs])
-        top = ", ".join(f"{k} {v:g}" for k, v in list(last["top_commands_per_job"].items())[:6])
-        lines.append(f"| {system} | {cpu:.1f} | {cmds:.1f} | {scripts:.3f} | {top} |")
+        cells, any_value = [], False
+        for _, scenario, key, digits in columns:
+            rec = records.get((system, stand_in(system, scenario)), {"runs": []})
+            cell = _cell(rec, key, digits)
+            any_value |= rec.get(key) is not None or bool(rec.get("error"))
+            if scenario != stand_in(system, scenario) and rec.get(key) is not None:
+                cell += " (defaults)"
+            cells.append(cell)
+        if any_value:
+            lines.append(f"| {_name(system)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _equal_table(records: dict[tuple[str, str], dict[str, Any]], systems: list[str]) -> list[str]:
+    if not any(sc.endswith("_c100") and not SPECS[sc].net for _, sc in records):
+        return []
+    return [
+        "",
+        "## Equal settings: every async-capable system at concurrency 100",
+        "",
+        "The thread-pool workers (rq, dramatiq, huey, celery) have no asyncio concurrency "
+        "setting: their defaults' figure stands for them, marked (defaults).",
+        "",
+        *_table(records, systems, [
+            ("process_1proc_c100 jobs/s", "process_1proc_c100", "jobs_per_s", 0),
+            ("process_2proc_c100 jobs/s", "process_2proc_c100", "jobs_per_s", 0),
+        ]),
+    ]  # fmt: skip
+
+
+def _net_table(
+    records: dict[tuple[str, str], dict[str, Any]], systems: list[str], meta: dict[str, Any]
+) -> list[str]:
+    if not any(SPECS[sc].net for _, sc in records):
+        return []
+    trips = meta.get("ping_round_trip_ms", {})
+    return [
+        "",
+        f"## A network: {meta.get('net_delay_ms_each_way', 1):g} ms added each way between "
+        "every client and Redis",
+        "",
+        f"Through bench/netproxy.py. PING round trip measured at the start: "
+        f"{trips.get('through_the_proxy', '–')} ms through the proxy, "
+        f"{trips.get('direct', '–')} ms direct. N = {meta.get('net_n', '–')} per run "
+        "(latency: the latency scenario's).",
+        "",
+        *_table(records, systems, [
+            ("enqueue_single_net jobs/s", "enqueue_single_net", "jobs_per_s", 0),
+            ("process_1proc_net jobs/s (defaults)", "process_1proc_net", "jobs_per_s", 0),
+            ("process_1proc_net_c100 jobs/s", "process_1proc_net_c100", "jobs_per_s", 0),
+            ("latency_net p50 ms", "latency_net", "p50_ms", 2),
+            ("latency_net p99 ms", "latency_net", "p99_ms", 2),
+        ]),
+    ]  # fmt: skip
+
+
+def _cost_table(records: dict[tuple[str, str], dict[str, Any]], systems: list[str]) -> list[str]:
+    return [
+        "",
+        "## Redis work per job, inside the steady window",
+        "",
+        "`INFO cpu` (used_cpu_sys + used_cpu_user) and `INFO commandstats` when 10% and when "
+        "90% of the jobs were done (processing) or sent (single enqueue), divided by the jobs "
+        "in between; bulk: the whole call. Commands inside scripts count too. Medians over reps.",
+        "",
+        *_table(records, systems, [
+            ("processed, defaults: CPU µs", "process_1proc", "redis_cpu_us_per_job", 1),
+            ("commands", "process_1proc", "redis_commands_per_job", 1),
+            ("processed, c100: CPU µs", "process_1proc_c100", "redis_cpu_us_per_job", 1),
+            ("commands", "process_1proc_c100", "redis_commands_per_job", 1),
+            ("enqueued one at a time: CPU µs", "enqueue_single", "redis_cpu_us_per_job", 1),
+            ("commands", "enqueue_single", "redis_commands_per_job", 1),
+            ("enqueued in bulk: CPU µs", "enqueue_bulk", "redis_cpu_us_per_job", 1),
+            ("commands", "enqueue_bulk", "redis_commands_per_job", 1),
+        ]),
+    ]  # fmt: skip
+
+
+def _published(systems: list[str]) -> list[str]:
+    rows = [(s, PUBLISHED[s]) for s in systems if s in PUBLISHED]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## Published figures (not measured here, never in a ratio)",
+        "",
+        "| system | scenario | jobs/s | setup | source |",
+        "|---|---|---|---|---|",
+    ]
+    for system, fig in rows:
+        lines.append(
+            f"| {system} | {fig['scenario']} | {_num(fig['jobs_per_s'])} (published) "
+            f"| {fig['setup']} | {fig['source']} |"
+        )
     return lines
 
 
@@ -355,7 +543,13 @@ def write(
             records[(system, scenario)] = record(system, scenario, runs.get((system, scenario)))
     peers = [s for s in systems if s in PEERS]
     goals = targets(runs, records, peers)
-    doc = {"meta": meta, "targets": goals, "records": list(records.values())}
+    published = [{"system": s, **PUBLISHED[s]} for s in systems if s in PUBLISHED]
+    doc = {
+        "meta": meta,
+        "targets": goals,
+        "records": list(records.values()),
+        "published_not_measured": published,
+    }
     json_path = out / "latest.json"
     json_path.write_text(json.dumps(doc, indent=1) + "\n")
     md_path = out / "latest.md"

@@ -13,8 +13,11 @@ An adapter module (bench/conveyor_adapter.py, bench/peers/<name>_peer.py) define
   Client(url)               open(), enqueue(arg), optional aenqueue(arg) and bulk(args),
                             close(); each may be sync or async
 
+An adapter reads its worker's concurrency with `concurrency(default)` below: the
+library's own default, or 100 in the equal-concurrency scenarios (`*_c100`).
 Importing an adapter module defines the worker's tasks, so the module doubles as
-the worker's import target.
+the worker's import target. A row of the results is a system; `huey@redis5` is the
+same adapter as `huey` in another virtualenv (its fastest install).
 """
 
 from __future__ import annotations
@@ -22,45 +25,129 @@ from __future__ import annotations
 import os
 import random
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PEER_VENV = ROOT / ".venv-bench"
-REQUIREMENTS = Path(__file__).resolve().parent / "requirements-peers.txt"
+REQUIREMENTS_DIR = Path(__file__).resolve().parent / "requirements"
 RESULTS = Path(__file__).resolve().parent / "results"
 
 SUBJECT = "conveyor"
-PEERS = ("arq", "saq", "rq", "dramatiq", "huey", "celery", "taskiq", "bullmq")
+PEERS = (
+    "arq", "saq", "rq", "dramatiq", "huey", "huey@redis5", "celery", "taskiq", "taskiq@0.12",
+    "bullmq", "streaq", "docket", "chasquimq",
+)  # fmt: skip
 SYSTEMS = (SUBJECT, *PEERS)
 REDIS = "redis"  # the pseudo-system of the `ceiling` scenario
 
-MODULES = {SUBJECT: "bench.conveyor_adapter"} | {p: f"bench.peers.{p}_peer" for p in PEERS}
+# The virtualenv of each peer row: "peers" is .venv-bench, any other name .venv-bench-<name>,
+# installed from bench/requirements/<name>.txt. A peer gets its own where its versions
+# conflict with the others' (arq holds redis-py < 6) or where it is another install of a
+# peer (its fastest one: `huey@redis5`, `taskiq@0.12`).
+VENV_OF = {
+    "arq": "arq", "huey@redis5": "redis5", "taskiq@0.12": "taskiq012", "streaq": "streaq",
+    "docket": "docket", "chasquimq": "chasquimq",
+}  # fmt: skip
+MAIN_VENV = "peers"
 
-SCENARIOS = (
-    "enqueue_single",
-    "enqueue_single_async",
-    "enqueue_single_uvloop",
-    "enqueue_bulk",
-    "process_1proc",
-    "process_2proc",
-    "latency",
-    "redis_memory",
-    "ceiling",
-)
+
+def venv_group(system: str) -> str | None:
+    """The virtualenv group of a peer row; None for Conveyor and the ceiling (.venv)."""
+    if system in (SUBJECT, REDIS):
+        return None
+    return VENV_OF.get(system, MAIN_VENV)
+
+
+def venv_dir(group: str) -> Path:
+    return ROOT / (".venv-bench" if group == MAIN_VENV else f".venv-bench-{group}")
+
+
+def requirements(group: str) -> Path:
+    return REQUIREMENTS_DIR / f"{group}.txt"
+
+
+PEER_VENV = venv_dir(MAIN_VENV)  # holds matplotlib for the chart too
+
+
+def adapter(system: str) -> str:
+    """`huey@redis5` runs bench/peers/huey_peer.py."""
+    return system.split("@")[0]
+
+
+MODULES = {SUBJECT: "bench.conveyor_adapter"} | {p: f"bench.peers.{adapter(p)}_peer" for p in PEERS}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    kind: str  # the driver's function
+    procs: int = 1  # worker processes
+    c100: bool = False  # every async-capable system at concurrency 100
+    net: bool = False  # clients reach Redis through the delay proxy (bench/netproxy.py)
+
+
+SPECS = {
+    "enqueue_single": Scenario("enqueue_single"),
+    "enqueue_single_async": Scenario("enqueue_single_async"),
+    "enqueue_single_uvloop": Scenario("enqueue_single_uvloop"),
+    "enqueue_bulk": Scenario("enqueue_bulk"),
+    "process_1proc": Scenario("process"),
+    "process_2proc": Scenario("process", procs=2),
+    "process_1proc_c100": Scenario("process", c100=True),
+    "process_2proc_c100": Scenario("process", procs=2, c100=True),
+    "latency": Scenario("latency"),
+    "redis_memory": Scenario("redis_memory"),
+    "enqueue_single_net": Scenario("enqueue_single", net=True),
+    "process_1proc_net": Scenario("process", net=True),
+    "process_1proc_net_c100": Scenario("process", c100=True, net=True),
+    "latency_net": Scenario("latency", net=True),
+    "ceiling": Scenario("ceiling"),
+}
+SCENARIOS = tuple(SPECS)
+PROCESS = tuple(name for name, spec in SPECS.items() if spec.kind == "process")
+NET = tuple(name for name, spec in SPECS.items() if spec.net)
+EQUAL = 100  # the concurrency of the equal-settings scenarios
+
+
+def concurrency(default: int) -> int:
+    """The worker concurrency an adapter runs with: its library's default, or EQUAL in
+    the `*_c100` scenarios (the driver sets BENCH_CONCURRENCY)."""
+    return int(os.environ.get("BENCH_CONCURRENCY") or default)
+
+
+def at_defaults() -> bool:
+    return not os.environ.get("BENCH_CONCURRENCY")
+
 
 # Kept here (not read from the adapters) because the orchestrator runs in
 # Conveyor's venv and cannot import the peers. The adapters say the same.
-HAS_BULK = {"conveyor": "Queue.enqueue_many", "rq": "Queue.enqueue_many", "bullmq": "Queue.addBulk"}
+HAS_BULK = {
+    "conveyor": "Queue.enqueue_many", "rq": "Queue.enqueue_many", "bullmq": "Queue.addBulk",
+    "streaq": "Worker.enqueue_many", "chasquimq": "Queue.add_bulk",
+}  # fmt: skip
 # enqueue_single_async: systems with an asyncio API *besides* a sync one. The
-# async-only peers (arq, saq, taskiq, bullmq) are measured through it in enqueue_single.
+# async-only peers are measured through it in enqueue_single.
 # enqueue_single_uvloop: the same on uvloop's loop instead of asyncio's, for information.
 ASYNC_SCENARIOS = ("enqueue_single_async", "enqueue_single_uvloop")
 # The single-enqueue scenarios run as one block, shuffled together: each
 # Conveyor figure is then compared with peers' runs taken beside it.
 ENQUEUE_SINGLE = ("enqueue_single", *ASYNC_SCENARIOS)
 HAS_SYNC_AND_ASYNC = {"conveyor"}
-ASYNC_ONLY = {"arq", "saq", "taskiq", "bullmq"}
-PER_JOB_STATE = {"conveyor", "rq", "arq", "saq", "bullmq"}
+ASYNC_ONLY = {"arq", "saq", "taskiq", "taskiq@0.12", "bullmq", "streaq", "docket", "chasquimq"}
+# Systems whose worker runs asyncio handlers with a concurrency setting: they run the
+# `*_c100` scenarios. The thread-pool workers (rq, dramatiq, huey, celery) have no such
+# setting; their defaults' figure of the same rep stands for them in those comparisons.
+ASYNC_CAPABLE = {SUBJECT, *ASYNC_ONLY}
+PER_JOB_STATE = {"conveyor", "rq", "arq", "saq", "bullmq", "streaq", "docket"}
+# Figures a project publishes for a setup this machine cannot run, shown beside the
+# measured ones and never used in a ratio.
+PUBLISHED = {
+    "chasquimq": {
+        "scenario": "process_1proc_c100",
+        "jobs_per_s": 419_000.0,
+        "setup": "jobs consumed at concurrency 100, Apple M3, Redis 8.6 (its own benchmark)",
+        "source": "chasquimq.pages.dev, ChasquiMQ's published benchmark",
+    }
+}
 
 
 def applies(system: str, scenario: str) -> str | None:
@@ -71,6 +158,8 @@ def applies(system: str, scenario: str) -> str | None:
         return "redis runs only the ceiling"
     if scenario == "enqueue_bulk" and system not in HAS_BULK:
         return "no bulk enqueue API"
+    if SPECS[scenario].c100 and system not in ASYNC_CAPABLE:
+        return "no asyncio concurrency setting: its process_* figure (defaults) stands for it"
     if scenario in ASYNC_SCENARIOS and system not in HAS_SYNC_AND_ASYNC:
         if system in ASYNC_ONLY:
             return "asyncio only: its enqueue_single is already async"
@@ -79,19 +168,23 @@ def applies(system: str, scenario: str) -> str | None:
 
 
 def python_for(system: str) -> Path:
-    """Conveyor and the ceiling run in Conveyor's venv, the peers in .venv-bench."""
-    if system in (SUBJECT, REDIS):
+    """Conveyor and the ceiling run in Conveyor's venv, each peer in its own group's."""
+    group = venv_group(system)
+    if group is None:
         return Path(sys.executable)
-    return PEER_VENV / "bin" / "python"
+    return venv_dir(group) / "bin" / "python"
 
 
-def subprocess_env(queue_url: str, mark_url: str, python: Path) -> dict[str, str]:
+def subprocess_env(
+    queue_url: str, mark_url: str, python: Path, concurrency: str = ""
+) -> dict[str, str]:
     env = dict(os.environ)
     # the repository root first (for `bench`); an existing PYTHONPATH stays after it
-    # (bench/NOTES-for-lead.md: prototypes of src/ were A/B-tested that way)
+    # (prototypes of src/ were A/B-tested that way: bench/README.md)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     env["BENCH_REDIS_URL"] = queue_url
     env["BENCH_MARK_URL"] = mark_url
+    env["BENCH_CONCURRENCY"] = concurrency
     env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop("VIRTUAL_ENV", None)
     return env

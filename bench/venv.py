@@ -1,4 +1,5 @@
-"""The peers' virtualenv (.venv-bench): created or updated from requirements-peers.txt."""
+"""The peers' virtualenvs (.venv-bench, .venv-bench-<group>), created or updated on demand
+from bench/requirements/<group>.txt."""
 
 from __future__ import annotations
 
@@ -10,45 +11,57 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from bench.systems import PEER_VENV, REQUIREMENTS
+from bench.systems import MAIN_VENV, requirements, venv_dir
 
-STAMP = PEER_VENV / ".bench-requirements.sha256"
-DISTRIBUTIONS = {
-    "arq": "arq", "saq": "saq", "rq": "rq", "dramatiq": "dramatiq", "huey": "huey",
-    "celery": "celery", "taskiq": "taskiq", "taskiq-redis": "taskiq-redis", "bullmq": "bullmq",
-    "kombu": "kombu", "redis": "redis", "hiredis": "hiredis", "matplotlib": "matplotlib",
-}  # fmt: skip
+STAMP = ".bench-requirements.sha256"
+# The distributions whose versions the report lists, where a venv has them.
+DISTRIBUTIONS = (
+    "arq", "saq", "rq", "dramatiq", "huey", "celery", "kombu", "taskiq", "taskiq-redis",
+    "bullmq", "streaq", "coredis", "pydocket", "chasquimq", "redis", "hiredis",
+)  # fmt: skip
 
 
-def _digest() -> str:
-    return hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
+def _digest(group: str) -> str:
+    return hashlib.sha256(requirements(group).read_bytes()).hexdigest()
+
+
+def venv_python(group: str) -> Path:
+    return venv_dir(group) / "bin" / "python"
 
 
 def peer_python() -> Path:
-    return PEER_VENV / "bin" / "python"
+    """The main peers' venv's interpreter (it holds matplotlib for the chart)."""
+    return venv_python(MAIN_VENV)
 
 
-def ensure_peer_venv(*, install: bool = True) -> str | None:
-    """None when .venv-bench is ready, else what is wrong (the peers then report it)."""
-    if STAMP.exists() and STAMP.read_text().strip() == _digest() and peer_python().exists():
+def ensure_venv(group: str, *, install: bool = True) -> str | None:
+    """None when the group's venv is ready, else what is wrong (its peers then report it)."""
+    stamp = venv_dir(group) / STAMP
+    python = venv_python(group)
+    if stamp.exists() and stamp.read_text().strip() == _digest(group) and python.exists():
         return None
     if not install:
-        return f"{PEER_VENV} is missing or stale (run `make bench` without --no-install)"
-    print(f"bench: installing the peers into {PEER_VENV} ...", flush=True)
+        return f"{venv_dir(group).name} is missing or stale (run `make bench` without --no-install)"
+    print(f"bench: installing {requirements(group).name} into {venv_dir(group)} ...", flush=True)
     try:
-        if not peer_python().exists():
-            subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
-        pip = [str(peer_python()), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        if not python.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(venv_dir(group))], check=True)
+        pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
         subprocess.run([*pip, "--upgrade", "pip"], check=True)
-        subprocess.run([*pip, "-r", str(REQUIREMENTS)], check=True)
+        subprocess.run([*pip, "-r", str(requirements(group))], check=True)
     except (subprocess.CalledProcessError, OSError) as exc:
-        return f"installing {REQUIREMENTS.name} failed: {exc}"
-    STAMP.write_text(_digest() + "\n")
+        return f"installing {requirements(group).name} failed: {exc}"
+    stamp.write_text(_digest(group) + "\n")
     return None
 
 
-def versions(peers: list[str], peer_venv_ok: bool) -> dict[str, str]:
-    """Installed versions: Conveyor's side from here, the peers' from .venv-bench."""
+def ensure_peer_venv(*, install: bool = True) -> str | None:
+    """The main group only (the smoke test's check)."""
+    return ensure_venv(MAIN_VENV, install=install)
+
+
+def versions(groups: dict[str, bool]) -> dict[str, str]:
+    """Installed versions: Conveyor's side from here, each ready peer venv's from itself."""
     found = {}
     for dist in ("conveyor", "redis", "hiredis"):
         with contextlib.suppress(metadata.PackageNotFoundError):
@@ -60,26 +73,24 @@ def versions(peers: list[str], peer_venv_ok: bool) -> dict[str, str]:
         found["redis-server"] = next(w[2:] for w in server if w.startswith("v="))
     except (OSError, subprocess.CalledProcessError, StopIteration):
         pass
-    if peers and peer_venv_ok:
-        code = (
-            "import json,importlib.metadata as m\n"
-            f"names={list(DISTRIBUTIONS.values())!r}\n"
-            "out={}\n"
-            "for n in names:\n"
-            "    try: out[n]=m.version(n)\n"
-            "    except m.PackageNotFoundError: pass\n"
-            "print(json.dumps(out))"
-        )
+    code = (
+        "import json,importlib.metadata as m\n"
+        f"names={list(DISTRIBUTIONS)!r}\n"
+        "out={}\n"
+        "for n in names:\n"
+        "    try: out[n]=m.version(n)\n"
+        "    except m.PackageNotFoundError: pass\n"
+        "print(json.dumps(out))"
+    )
+    for group, ready in groups.items():
+        if not ready:
+            continue
         try:
             text = subprocess.run(
-                [str(peer_python()), "-c", code], capture_output=True, text=True, check=True
+                [str(venv_python(group)), "-c", code], capture_output=True, text=True, check=True
             ).stdout
-            found.update(
-                {
-                    f"{k} (.venv-bench)" if k in ("redis", "hiredis") else k: v
-                    for k, v in json.loads(text).items()
-                }
-            )
-        except (OSError, subprocess.CalledProcessError, ValueError):
-            pass
+        except (OSError, subprocess.CalledProcessError):
+            continue
+        with contextlib.suppress(ValueError):
+            found.update({f"{k} ({venv_dir(group).name})": v for k, v in json.loads(text).items()})
     return found

@@ -243,6 +243,22 @@ class WorkerPool:
         return "\n".join(parts)
 
 
+_RECORD_START = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ ")
+
+
+def unhandled_tracebacks(logs: str) -> list[str]:
+    """The tracebacks in worker logs that no job-failure line carries: a failed job's own
+    traceback is logged on purpose (logger `conveyor.jobs`); any other is an unhandled
+    exception. Returns the first line of each record that holds one."""
+    found, header = [], ""
+    for line in logs.splitlines():
+        if _RECORD_START.match(line) or line.startswith("--- "):
+            header = line
+        elif line.startswith("Traceback") and " conveyor.jobs: " not in header:
+            found.append(header or line)
+    return found
+
+
 # --------------------------------------------------------------------------- producer
 
 

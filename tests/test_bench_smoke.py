@@ -2,7 +2,8 @@
 
 Conveyor only, plus huey when the peers' venv (.venv-bench) is already there: the
 test never installs anything. Every scenario runs once, on the harness's own
-private redis-servers, and the records must have the documented shape.
+private redis-servers (the network ones through the harness's delay proxy), and
+the records must have the documented shape.
 """
 
 from __future__ import annotations
@@ -10,10 +11,15 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import socket
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
+
+from conveyor.integrations.redis_server import RedisProcess
 
 # bench/ lives at the repository root, next to tests/ (not an installed package)
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,13 +27,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.__main__ import main  # noqa: E402
-from bench.systems import ENQUEUE_SINGLE, SCENARIOS, plan  # noqa: E402
+from bench.report import best_peer_ratios  # noqa: E402
+from bench.systems import ENQUEUE_SINGLE, SCENARIOS, applies, plan  # noqa: E402
 from bench.venv import ensure_peer_venv  # noqa: E402
 
 FIELDS = {"system", "scenario", "jobs_per_s", "p50_ms", "p99_ms", "bytes_per_job", "runs"}
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(150)
 def test_bench_runs_on_a_tiny_n(tmp_path: Path, redis_binary: str) -> None:
     if shutil.which("redis-benchmark") is None:
         pytest.fail("redis-benchmark is not on PATH (it comes with redis-server)")
@@ -36,7 +43,7 @@ def test_bench_runs_on_a_tiny_n(tmp_path: Path, redis_binary: str) -> None:
         systems.append("huey")
     out = tmp_path / "results"
     argv = [
-        "--n", "200", "--bulk-n", "500", "--lat-n", "40", "--rate", "400",
+        "--n", "200", "--bulk-n", "500", "--lat-n", "40", "--rate", "400", "--net-n", "100",
         "--ceiling-n", "2000", "--reps", "1", "--enqueue-reps", "2", "--timeout", "30",
         "--no-install",
         "--systems", ",".join(systems), "--out", str(out), "--redis-server", redis_binary,
@@ -59,8 +66,20 @@ def test_bench_runs_on_a_tiny_n(tmp_path: Path, redis_binary: str) -> None:
         assert isinstance(value, float | int) and value > 0, (system, scenario, key, value)
 
     for scenario in ("enqueue_single", "enqueue_single_async", "enqueue_single_uvloop",
-                     "enqueue_bulk", "process_1proc", "process_2proc"):  # fmt: skip
+                     "enqueue_bulk", "process_1proc", "process_2proc", "process_1proc_c100",
+                     "process_2proc_c100", "enqueue_single_net", "process_1proc_net",
+                     "process_1proc_net_c100"):  # fmt: skip
         positive("conveyor", scenario, "jobs_per_s")
+    for scenario in ("enqueue_single", "enqueue_bulk", "process_1proc", "process_1proc_c100"):
+        positive("conveyor", scenario, "redis_cpu_us_per_job")
+        positive("conveyor", scenario, "redis_commands_per_job")
+    defaults = records[("conveyor", "process_1proc")]["runs"][0]
+    assert defaults["concurrency"] == "default"
+    assert records[("conveyor", "process_1proc_c100")]["runs"][0]["concurrency"] == "100"
+    # 1 ms each way: a job cannot start sooner than its enqueue's and its wake-up's trips
+    trips = doc["meta"]["ping_round_trip_ms"]
+    assert trips["through_the_proxy"] >= 2.0 > trips["direct"], trips
+    assert records[("conveyor", "latency_net")]["p50_ms"] >= 2.0
     positive("conveyor", "latency", "p50_ms")
     positive("conveyor", "latency", "p99_ms")
     positive("conveyor", "latency", "complete_p50_ms")
@@ -69,9 +88,14 @@ def test_bench_runs_on_a_tiny_n(tmp_path: Path, redis_binary: str) -> None:
     assert records[("conveyor", "latency")]["jobs_per_s"] is None  # does not apply
     if "huey" in systems:
         positive("huey", "process_1proc", "jobs_per_s")
+        positive("huey", "enqueue_single", "redis_cpu_us_per_job")
+        assert "not applicable" in records[("huey", "process_1proc_c100")]["note"]
         assert records[("huey", "enqueue_bulk")]["jobs_per_s"] is None  # no bulk API
         assert "not applicable" in records[("huey", "enqueue_bulk")]["note"]
-    assert {t["target"] for t in doc["targets"]} >= {"process_1proc", "enqueue_bulk"}
+    assert {t["target"] for t in doc["targets"]} >= {
+        "process_1proc", "process_1proc_c100", "process_1proc_net", "latency_net p50 (enqueue "
+        "to start)", "Redis CPU per processed job (process_1proc_c100)", "enqueue_bulk",
+    }  # fmt: skip
     assert (out / "latest.md").read_text().startswith("# Benchmark results")
     assert (out / "latest.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
@@ -113,3 +137,69 @@ def test_the_flows_bench_runs_on_a_tiny_n(
     for what in ("plain jobs", "fan-out of 60 + fan-in", "15 chains of 4 steps"):
         assert f"conveyor  {what}" in out
     assert "a plain job's Redis time" in out
+
+
+def test_a_thread_pool_peer_counts_with_its_defaults_in_the_equal_concurrency_ratio() -> None:
+    assert applies("huey", "process_1proc_c100") is not None
+    assert applies("taskiq@0.12", "process_1proc_c100") is None
+    runs = {
+        ("conveyor", "process_1proc_c100"): [{"rep": 0, "jobs_per_s": 1000.0},
+                                             {"rep": 1, "jobs_per_s": 900.0}],
+        ("huey", "process_1proc"): [{"rep": 0, "jobs_per_s": 400.0},
+                                    {"rep": 1, "jobs_per_s": 100.0}],
+        ("taskiq@0.12", "process_1proc_c100"): [{"rep": 0, "jobs_per_s": 300.0},
+                                                {"rep": 1, "jobs_per_s": 300.0}],
+        ("taskiq@0.12", "process_1proc"): [{"rep": 0, "jobs_per_s": 900.0}],  # not its c100
+    }  # fmt: skip
+    ratio, per_rep, fastest = best_peer_ratios(
+        runs, "process_1proc_c100", "process_1proc_c100", ["huey", "taskiq@0.12"]
+    )
+    assert per_rep == [2.5, 3.0]
+    assert fastest == ["huey", "taskiq@0.12"]
+    assert ratio == 2.75
+
+
+def _reply_delays(port: int, pings: int, every: float) -> list[float]:
+    """Send PINGs `every` seconds apart on one connection; each one's reply time."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.settimeout(10)
+    arrived: list[float] = []
+
+    def read() -> None:
+        got = b""
+        while len(arrived) < pings:
+            chunk = sock.recv(4096)
+            now = time.monotonic()
+            got += chunk
+            arrived.extend([now] * (got.count(b"+PONG\r\n") - len(arrived)))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    sent = []
+    for _ in range(pings):
+        sent.append(time.monotonic())
+        sock.sendall(b"PING\r\n")
+        time.sleep(every)
+    reader.join(20)
+    sock.close()
+    return sorted(a - s for a, s in zip(arrived, sent, strict=True))
+
+
+def test_the_network_proxy_delays_every_chunk_by_the_delay_and_no_more(
+    redis_server: RedisProcess,
+) -> None:
+    """A delay line: each PING's reply comes back 2 x 100 ms after it left. A proxy that
+    sleeps before forwarding each chunk it reads (chaos/proxy.py's latency fault) makes a
+    chunk that arrives during that sleep wait for it to end first: longer on the median
+    (medians 252 ms against 203 here, 2026-11-25)."""
+    from bench.netproxy import DelayProxy
+
+    assert redis_server.port is not None
+    proxy = DelayProxy(redis_server.port, 0.100).start()
+    try:
+        delays = _reply_delays(proxy.port, 40, 0.010)
+    finally:
+        proxy.stop()
+    median = delays[len(delays) // 2]
+    assert delays[0] >= 0.200, delays
+    assert median < 0.230, delays

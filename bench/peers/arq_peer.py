@@ -1,4 +1,5 @@
-"""arq: `run_worker` with its defaults (max_jobs=10, poll_delay=0.5 s), per-job logging off.
+"""arq: `run_worker` with its defaults (max_jobs=10, or 100 in `*_c100`; poll_delay=0.5 s),
+per-job logging off.
 
 Run as `python -m bench.peers.arq_peer` (arq's documented `run_worker`), so the
 log level can be set: arq's CLI logs every job at INFO.
@@ -15,14 +16,17 @@ from arq import create_pool
 from arq.connections import RedisSettings
 
 from bench.mark import mark
+from bench.systems import concurrency
 
 NAME = "arq"
 DISTRIBUTION = "arq"
 API = "async"
 PER_JOB_STATE = True  # a job key, an in-progress key, a result key (kept 1 h)
 BULK = None
+MAX_JOBS = concurrency(10)
 SETTINGS = (
-    "`run_worker(WorkerSettings)`: max_jobs=10, poll_delay=0.5 s (defaults), log level WARNING"
+    f"`run_worker(WorkerSettings)`: max_jobs={MAX_JOBS}, poll_delay=0.5 s (the default), "
+    "log level WARNING"
 )
 COMPLETION_STREAM = None
 URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -35,6 +39,7 @@ async def noop(ctx: dict[str, Any], arg: Any) -> None:
 class WorkerSettings:
     functions = [noop]
     redis_settings = RedisSettings.from_dsn(URL)
+    max_jobs = MAX_JOBS
 
 
 def worker_command(python: str) -> list[str]:

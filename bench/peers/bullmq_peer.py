@@ -1,5 +1,5 @@
-"""The BullMQ Python port: `Worker(concurrency=10)` (default 1), job options at their defaults
-(completed jobs kept), bulk through `Queue.addBulk`.
+"""The BullMQ Python port: `Worker(concurrency=1)` (its default) or 100 in `*_c100`, job
+options at their defaults (completed jobs kept), bulk through `Queue.addBulk`.
 
 Run as `python -m bench.peers.bullmq_peer`: the port has no CLI.
 """
@@ -14,13 +14,18 @@ from typing import Any
 from bullmq import Queue, Worker
 
 from bench.mark import mark
+from bench.systems import concurrency
 
 NAME = "bullmq"
 DISTRIBUTION = "bullmq"
 API = "async"
 PER_JOB_STATE = True  # a job hash, kept when completed
 BULK = "Queue.addBulk"
-SETTINGS = "`Worker('bench', fn, {'concurrency': 10})` in its own process; defaults otherwise"
+CONCURRENCY = concurrency(1)
+SETTINGS = (
+    f"`Worker('bench', fn, {{'concurrency': {CONCURRENCY}}})` in its own process (the port "
+    "has no CLI; 1 is the default); defaults otherwise"
+)
 # BullMQ's events stream has a `completed` event per job, like Conveyor's.
 COMPLETION_STREAM = ("bull:bench:events", b"event", b"completed", b"jobId")
 URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -57,7 +62,7 @@ async def _work() -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    worker = Worker("bench", process, {"connection": URL, "concurrency": 10})
+    worker = Worker("bench", process, {"connection": URL, "concurrency": CONCURRENCY})
     await stop.wait()
     await worker.close()
 

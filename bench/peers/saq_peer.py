@@ -1,4 +1,4 @@
-"""SAQ: `saq bench.peers.saq_peer.settings --quiet`, concurrency 10 (its default)."""
+"""SAQ: `saq bench.peers.saq_peer.settings --quiet`, concurrency 10 (its default) or 100."""
 
 from __future__ import annotations
 
@@ -9,13 +9,15 @@ from typing import Any
 from saq import Queue
 
 from bench.mark import mark
+from bench.systems import concurrency
 
 NAME = "saq"
 DISTRIBUTION = "saq"
 API = "async"
 PER_JOB_STATE = True  # a job key with status
 BULK = None  # `map` waits for the results
-SETTINGS = "`saq ... --quiet`: concurrency 10 (default), Redis queue"
+CONCURRENCY = concurrency(10)
+SETTINGS = f"`saq ... --quiet`: concurrency {CONCURRENCY} (10 is the default), Redis queue"
 COMPLETION_STREAM = None
 URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -26,7 +28,7 @@ async def noop(ctx: Any, *, arg: Any) -> None:
     mark(arg)
 
 
-settings = {"queue": queue, "functions": [noop], "concurrency": 10}
+settings = {"queue": queue, "functions": [noop], "concurrency": CONCURRENCY}
 
 
 def worker_command(python: str) -> list[str]:

@@ -1,5 +1,6 @@
 """Taskiq with taskiq-redis's RedisStreamBroker (consumer groups, acks: the recommended one),
-`taskiq worker --workers 1` with its default --max-async-tasks 100."""
+`taskiq worker --workers 1` with its default --max-async-tasks 100 (the same in `*_c100`).
+The row `taskiq@0.12` runs this module with taskiq 0.12 and taskiq-redis 1.0."""
 
 from __future__ import annotations
 
@@ -10,15 +11,17 @@ from typing import Any
 from taskiq_redis import RedisStreamBroker
 
 from bench.mark import mark
+from bench.systems import concurrency
 
 NAME = "taskiq"
 DISTRIBUTION = "taskiq"
 API = "async"
 PER_JOB_STATE = False  # the message in a stream; no job status without a result backend
 BULK = None
+MAX_ASYNC_TASKS = concurrency(100)
 SETTINGS = (
-    "`taskiq worker --workers 1 --log-level WARNING` (RedisStreamBroker, "
-    "max-async-tasks 100 by default)"
+    f"`taskiq worker --workers 1 --max-async-tasks {MAX_ASYNC_TASKS} --log-level WARNING` "
+    "(RedisStreamBroker; 100 is the default)"
 )
 COMPLETION_STREAM = None
 
@@ -35,7 +38,7 @@ async def noop(arg: Any) -> None:
 def worker_command(python: str) -> list[str]:
     cli = str(Path(python).parent / "taskiq")
     return [cli, "worker", "bench.peers.taskiq_peer:broker", "--workers", "1",
-            "--log-level", "WARNING"]  # fmt: skip
+            "--max-async-tasks", str(MAX_ASYNC_TASKS), "--log-level", "WARNING"]  # fmt: skip
 
 
 class Client:

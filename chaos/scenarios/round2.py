@@ -182,7 +182,7 @@ def _kill_inside_enqueue_many(url: str, prefix: str, count: int, delay: float) -
     "A producer SIGKILLed inside enqueue_many while workers run, then the batch re-sent with the "
     "same ids: every job done, no job run twice except a running one the re-send asked for",
     full=dict(count=20_000, attempts=6, workers=2, concurrency=8),
-    bounded=dict(count=6_000, attempts=5, workers=2, concurrency=8),
+    bounded=dict(count=4_000, attempts=5, workers=2, concurrency=8),
 )
 def producer_killed(
     scene: Scene, *, count: int, attempts: int, workers: int, concurrency: int
@@ -533,7 +533,7 @@ def memory_hog(
     "100 producer processes upsert the same 10 ids while 3 workers run and one is SIGKILLed: "
     "runs of an id never overlap, and every acknowledged enqueue is followed by a run",
     full=dict(producers=100, ids=10, rounds=5, lease=2.0),
-    bounded=dict(producers=100, ids=10, rounds=2, lease=2.0),
+    bounded=dict(producers=100, ids=10, rounds=1, lease=2.0),
 )
 def upsert_storm(scene: Scene, *, producers: int, ids: int, rounds: int, lease: float) -> Result:
     r = Result("upsert-storm")

@@ -15,7 +15,7 @@ import redis
 
 from chaos import ledger
 from chaos.checker import Result, tally
-from chaos.harness import ROOT, Enqueue, Scene, admin, wait_until
+from chaos.harness import ROOT, Enqueue, Scene, admin, unhandled_tracebacks, wait_until
 from chaos.scenarios import scenario
 from conveyor.protocol.keys import QueueKeys
 
@@ -224,7 +224,7 @@ def corrupt_state(
         canaries = [
             p.name for p in (scene.scratch / "unpickled", scene.scratch / "imported") if p.exists()
         ]
-        crashed = "Traceback" in pool.logs()
+        crashed = bool(unhandled_tracebacks(pool.logs()))
         ok = good and alive and ok_done == normal and not canaries and not crashed
         detail = {
             "state": state, "error": error.splitlines()[0][:100] if error else "",

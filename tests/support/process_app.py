@@ -74,3 +74,14 @@ def raises(kind: str) -> None:
 def plain(data: Any) -> int:
     """No executor of its own: a thread, or a child with executor='process'."""
     return os.getpid()
+
+
+@tasks.task(executor="process", max_failures=2, min_backoff=0, max_backoff=0)
+def reports(data: Any) -> Any:
+    """Logs, saves a checkpoint and fails on its first attempt; the retry sees it."""
+    job = current_job()
+    job.log(f"attempt {job.attempt}", "in a child")
+    if job.attempt == 1:
+        job.save_checkpoint({"step": 1})
+        raise RuntimeError("after the checkpoint")
+    return job.checkpoint

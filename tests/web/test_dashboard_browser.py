@@ -3,6 +3,7 @@ the session's Redis and a real worker; screenshots go to tests/results/."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
@@ -24,6 +25,10 @@ def _tasks(redis_url: str, queue_name: str) -> Tasks:
     @tasks.task(max_failures=1)
     async def charge(data: dict[str, int]) -> None:
         raise ValueError(f"card declined for {data['n']}")
+
+    @tasks.task
+    async def hang(data: None) -> None:
+        await asyncio.sleep(60)  # until aborted
 
     return tasks
 
@@ -74,7 +79,7 @@ def test_every_page_and_action(
     # workers: the roll call
     page.get_by_role("link", name="workers", exact=True).click()
     expect(page.locator("#workers tbody tr")).to_have_count(1)
-    expect(page.locator("#workers tbody")).to_contain_text("charge, send")
+    expect(page.locator("#workers tbody")).to_contain_text("charge, hang, send")
     last_beat = page.locator("#workers tbody td").nth(9)
     expect(last_beat).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$"))
     shot(page, "03-workers")
@@ -101,7 +106,16 @@ def test_every_page_and_action(
     page.get_by_role("link", name=queue_name, exact=True).first.click()
     _act(page, "retry_failed", "retried 2 failed job(s)")
     wait_until(lambda: sync_queue.counts()[JobState.FAILED] == 2, timeout=30)
+
+    # abort a running job: its worker stops it, and it fails for good
+    sync_queue.enqueue("hang", None, id="hang-1")
+    wait_until(lambda: sync_queue.get("hang-1").state is JobState.ACTIVE, timeout=30)
+    page.goto(served.url + f"/queues/{queue_name}/job?id=hang-1")
+    _act(page, "abort", "aborting hang-1: its worker stops it")
+    wait_until(lambda: sync_queue.get("hang-1").state is JobState.FAILED, timeout=30)
+    assert (sync_queue.get("hang-1").error or "").startswith("AbortedError")
     running.stop()
+    page.goto(served.url + f"/queues/{queue_name}")
 
     # pause the queue, then steer waiting and delayed jobs
     page.reload()

@@ -160,3 +160,14 @@ def test_the_timeout_counts_from_when_a_child_takes_the_job(
     behind = sync_queue.enqueue("sleeps", 0.1, timeout=0.8)  # waits ~1.5 s for the child
     assert sync_queue.wait_result(behind.id, timeout=30) in _pids(worker)
     assert sync_queue.wait_result(first.id, timeout=30) in _pids(worker)
+
+
+def test_a_child_writes_the_jobs_log_and_checkpoint_through_the_parent(
+    tasks: Tasks, sync_queue: Queue, worker_runner: WorkerRunner
+) -> None:
+    worker_runner.start(tasks, processes=1)
+    job = sync_queue.enqueue("reports", None)
+    assert sync_queue.wait_result(job.id, timeout=30) == {"step": 1}
+    assert sync_queue.job_log(job.id)[-4:] == [
+        "attempt 1", "in a child", "attempt 2", "in a child"
+    ]  # fmt: skip

@@ -99,7 +99,12 @@ def child_main(conn: Connection) -> None:
 def _run_order(
     order: Order, handlers: dict[tuple[str, str, bool], Callable[[Any], Any]], conn: Connection
 ) -> Ended:
-    ctx = JobContext(**order.job, report_progress=lambda _, f: conn.send(("progress", f)))
+    ctx = JobContext(
+        **order.job,
+        report_progress=lambda _, fraction: conn.send(("progress", fraction)),
+        report_log=lambda _, lines: conn.send(("log", lines)),
+        report_checkpoint=lambda _, state: conn.send(("checkpoint", state)),
+    )
     set_current(ctx)
     try:
         key = (order.module, order.task, order.failures)
@@ -153,13 +158,13 @@ class Child:
     """One child process and the job it runs, seen from the parent's loop."""
 
     def __init__(
-        self, process: BaseProcess, conn: Connection, on_progress: Callable[[float], None]
+        self, process: BaseProcess, conn: Connection, on_message: Callable[[str, Any], None]
     ) -> None:
         self.process = process
         self.conn = conn
         self.jobs_done = 0
         self.dead = False
-        self._on_progress = on_progress
+        self._on_message = on_message  # progress, log lines, checkpoints of the running job
         self._outcome: asyncio.Future[tuple[Ended, int]] | None = None
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(conn.fileno(), self._readable)
@@ -170,10 +175,10 @@ class Child:
         return self.process.pid
 
     def run(
-        self, order: Order, on_progress: Callable[[float], None]
+        self, order: Order, on_message: Callable[[str, Any], None]
     ) -> asyncio.Future[tuple[Ended, int]]:
         """Send one job; the future gets (outcome, peak RSS) or ChildDied."""
-        self._on_progress = on_progress
+        self._on_message = on_message  # progress, log lines, checkpoints of the running job
         self._outcome = self._loop.create_future()
         try:
             self.conn.send(order)
@@ -185,8 +190,8 @@ class Child:
         try:
             while self.conn.poll():
                 kind, *rest = self.conn.recv()
-                if kind == "progress":
-                    self._on_progress(rest[0])
+                if kind != "done":
+                    self._on_message(kind, rest[0])
                 elif self._outcome is not None and not self._outcome.done():
                     self._outcome.set_result((rest[0], rest[1]))
         except (EOFError, OSError):
@@ -266,7 +271,9 @@ class ProcessPool:
         ctx = running.ctx
         order = Order(_module_of(running.handler), ctx.task, _is_failure(running), _fields(ctx))
         try:
-            outcome, peak_rss = await child.run(order, lambda f: self._on_progress(ctx, f))
+            outcome, peak_rss = await child.run(
+                order, lambda kind, value: self._tell(ctx, kind, value)
+            )
         except ChildDied:
             await child.stop(kill=True)  # reap it: its exit status says why
             self._replace(child)
@@ -280,6 +287,15 @@ class ProcessPool:
         child.jobs_done += 1
         self._release(child, peak_rss)
         return outcome
+
+    def _tell(self, ctx: JobContext, kind: str, value: Any) -> None:
+        """A report of the child's job, written by the parent (on its loop)."""
+        if kind == "progress":
+            self._on_progress(ctx, value)
+        elif kind == "log" and ctx.report_log is not None:
+            ctx.report_log(ctx, value)
+        elif kind == "checkpoint" and ctx.report_checkpoint is not None:
+            ctx.report_checkpoint(ctx, value)
 
     async def close(self) -> None:
         self._closing = True
@@ -349,7 +365,7 @@ class ProcessPool:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
                 continue
-            child = Child(process, conn, lambda _: None)
+            child = Child(process, conn, lambda kind, value: None)
             child.on_idle_death = self._idle_death
             self._children.add(child)
             if self._closing:  # closed while it started
@@ -408,4 +424,6 @@ def _fields(ctx: JobContext) -> dict[str, Any]:
         "attempt": ctx.attempt,
         "token": ctx.token,
         "worker_id": ctx.worker_id,
+        "headers": ctx.headers,
+        "checkpoint": ctx.checkpoint,
     }

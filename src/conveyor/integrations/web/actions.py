@@ -32,6 +32,16 @@ async def _cancel(queue: AsyncQueue, form: FormData) -> str:
     return f"cancelled {job_id}" if done else f"{job_id} is not waiting or delayed"
 
 
+async def _abort(queue: AsyncQueue, form: FormData) -> str:
+    job_id = _field(form, "id")
+    outcome = await queue.abort(job_id)
+    return {
+        "aborting": f"aborting {job_id}: its worker stops it",
+        "cancelled": f"cancelled {job_id}",
+        "finished": f"{job_id} has already finished",
+    }.get(outcome, f"{job_id}: {outcome}")
+
+
 async def _promote(queue: AsyncQueue, form: FormData) -> str:
     job_id = _field(form, "id")
     return f"promoted {job_id}" if await queue.promote(job_id) else f"{job_id} is not delayed"
@@ -101,7 +111,7 @@ async def _unschedule(queue: AsyncQueue, form: FormData) -> str:
 
 
 ACTIONS: dict[str, Action] = {
-    "retry": _retry, "cancel": _cancel, "promote": _promote, "remove": _remove,
+    "retry": _retry, "cancel": _cancel, "abort": _abort, "promote": _promote, "remove": _remove,
     "priority": _priority, "retry_failed": _retry_failed, "pause": _pause, "resume": _resume,
     "pause_group": _pause_group, "resume_group": _resume_group, "schedule": _schedule,
     "unschedule": _unschedule,
