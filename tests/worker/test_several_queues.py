@@ -17,10 +17,14 @@ import pytest
 from click.testing import CliRunner
 
 from conveyor import JobState, Queue
+from conveyor.client.cluster import key_slot
 from conveyor.client.tasks import Tasks
 from conveyor.errors import ConfigurationError, JobFailedError
 from conveyor.integrations.cli import main
+from conveyor.protocol.keys import QueueKeys
 from conveyor.worker import Worker, WorkerSettings
+from support.cluster import cluster_url, start_cluster
+from support.servers import ServerFactory
 from support.workers import APPS, SRC, WorkerRunner, wait_until
 
 
@@ -281,3 +285,46 @@ def test_cli_worker_with_weights(redis_url: str, queue_name: str, tmp_path: Path
     assert "(weight 3)" in proc.stdout and "80 completed, 0 failed" in proc.stdout
     first = Counter(line.split()[0] for line in mark.read_text().splitlines()[:40])
     assert first == {"high": 30, "low": 10}  # one job per claim: exactly 3:1
+
+
+def _same_slot_names(base: str) -> list[str]:
+    """Two queue names whose hash tags share a Cluster slot."""
+    seen: dict[int, str] = {}
+    for i in range(100_000):
+        name = f"{base}-{i}"
+        slot = key_slot(QueueKeys("conveyor", name).base.encode())
+        if slot in seen:
+            return [seen[slot], name]
+        seen[slot] = name
+    raise AssertionError("no two names in one slot")
+
+
+def test_on_a_cluster_queues_sharing_a_slot_are_served_with_one_wait(
+    server_factory: ServerFactory, queue_name: str
+) -> None:
+    nodes = start_cluster(server_factory, masters=1)
+    url = cluster_url(nodes)
+    names = _same_slot_names(queue_name)
+    tasks = [Tasks(name, url=url) for name in names]
+    ran: list[str] = []
+    for each in tasks:
+        each.task(name="note")(_appender(ran, each.queue_name))
+    runner = WorkerRunner(url)
+    queues = [Queue(name, url=url) for name in names]
+    try:
+        runner.start(tasks, concurrency=2)  # idle: blocked on both markers at once
+        wait_until(lambda: all(q.workers() for q in queues), timeout=20)
+        for queue in reversed(queues):
+            queue.enqueue("note", 1)
+            wait_until(lambda n=queue.name: n in ran, timeout=10)  # woken: idle_wait is 30 s
+    finally:
+        runner.stop_all()
+        for queue in queues:
+            queue.close()
+
+
+def _appender(ran: list[str], name: str) -> Any:
+    async def note(data: int) -> None:
+        ran.append(name)
+
+    return note
