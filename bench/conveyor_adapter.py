@@ -24,7 +24,7 @@ API = "sync"  # enqueue_single uses Queue; enqueue_single_async uses AsyncQueue
 PER_JOB_STATE = True
 BULK = "Queue.enqueue_many"
 QUEUE = "bench"
-CLI_DEFAULT = 10  # `conveyor worker --concurrency`'s default
+CLI_DEFAULT = 100  # `conveyor worker`: 100 for async handlers (10 with a sync one)
 CONCURRENCY = concurrency(CLI_DEFAULT)
 SETTINGS = (
     f"`conveyor worker` at concurrency {CONCURRENCY} (async handler; lease 30 s, "

@@ -77,3 +77,28 @@ def test_watch_shows_a_progress_bar(redis_url: str, queue_name: str, sync_queue:
     assert shown.exit_code == 0, shown.output
     shown_text = shown.output + (shown.stderr if shown.stderr_bytes is not None else "")
     assert "20/20" in shown_text and "100%" in shown_text
+
+
+def test_the_default_concurrency_is_100_for_async_tasks_and_10_with_a_sync_one() -> None:
+    from conveyor.client.tasks import Tasks
+    from conveyor.integrations.cli import default_concurrency
+
+    tasks = Tasks("q", url="redis://127.0.0.1:1/0")
+
+    @tasks.task
+    async def fetch(data: None) -> None: ...
+
+    assert default_concurrency(tasks) == 100
+
+    @tasks.task(executor="process")
+    async def crunch(data: None) -> None: ...
+
+    assert default_concurrency(tasks) == 10  # a process handler holds a child per job
+
+    only_sync = Tasks("q", url="redis://127.0.0.1:1/0")
+
+    @only_sync.task
+    def resize(data: None) -> None: ...
+
+    assert default_concurrency(only_sync) == 10
+    assert default_concurrency(Tasks("q", url="redis://127.0.0.1:1/0")) == 10

@@ -184,6 +184,22 @@ def execution_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+# Async handlers share one event loop and mostly wait on I/O: 100 at once costs a
+# worker little and keeps Redis busy (at 10, about half the throughput on loopback and a
+# sixth across a 1 ms network: bench/README.md). A sync handler takes a thread (or a
+# process) for its whole run, so its default stays at 10.
+ASYNC_CONCURRENCY, SYNC_CONCURRENCY = 100, 10
+
+
+def default_concurrency(tasks: Tasks) -> int:
+    """100 when every handler runs on the worker's loop, else 10."""
+    on_loop = all(
+        task.is_async and task.executor is None and task.batch_size is None
+        for task in tasks.handlers.values()
+    )
+    return ASYNC_CONCURRENCY if on_loop and tasks.handlers else SYNC_CONCURRENCY
+
+
 def execution_settings(concurrency: int | str, options: dict[str, Any]) -> dict[str, Any]:
     """WorkerSettings' fields from the concurrency and execution options."""
     memory = options.pop("max_memory_per_child", None)
@@ -236,9 +252,10 @@ def main(verbose: int, log_level: str | None, log_format: str) -> None:
     "-c",
     "--concurrency",
     type=CONCURRENCY,
-    default="10",
-    show_default=True,
-    help="Jobs at once, or 'auto': follow the CPU between --min and --max.",
+    default=None,
+    help="Jobs at once, or 'auto': follow the CPU between --min and --max. "
+    "[default: 100 when every task is async (they wait on I/O on one loop), "
+    "else 10 (sync handlers each take a thread or a process)]",
 )
 @click.option(
     "--lease", type=click.FloatRange(min=0.2), default=30.0, show_default=True,
@@ -273,7 +290,7 @@ def main(verbose: int, log_level: str | None, log_format: str) -> None:
 def worker(
     target: str,
     url: str | None,
-    concurrency: int | str,
+    concurrency: int | str | None,
     lease: float,
     grace: float,
     burst: bool,
@@ -290,6 +307,8 @@ def worker(
     if queues is not None:
         names, weights = parse_queues(queues)
         served = tasks_of_queues(target, tasks, names)
+    if concurrency is None:  # several queues: 100 only if every queue's handlers run on the loop
+        concurrency = min(default_concurrency(each) for each in served)
     settings = WorkerSettings(
         lease=lease,
         grace=grace,
