@@ -248,3 +248,28 @@ def test_the_cli_takes_a_sentinel_url(deployment: Deployment) -> None:
     assert json.loads(info.output)["counts"]["waiting"] == 1
     with redis.Redis(port=deployment.master_port(), db=3) as master:
         assert master.exists("conveyor:{cli}:job:c1")
+
+
+def test_one_worker_serves_several_queues_through_a_sentinel_url(deployment: Deployment) -> None:
+    """Several queues per worker on Sentinel: no slot to share (unlike a
+    cluster), one master for every queue."""
+    url = deployment.url()
+    high, low = Tasks("s-high", url=url), Tasks("s-low", url=url)
+
+    @high.task
+    def urgent(n: int) -> int:
+        return n + 1
+
+    @low.task
+    def later(n: int) -> int:
+        return n - 1
+
+    runner = WorkerRunner(url)
+    runner.start([high, low], concurrency=2, idle_wait=1.0)  # type: ignore[arg-type]
+    try:
+        with Queue("s-high", url=url) as first, Queue("s-low", url=url) as second:
+            a, b = first.enqueue("urgent", 1), second.enqueue("later", 1)
+            assert first.wait_result(a.id, timeout=30) == 2
+            assert second.wait_result(b.id, timeout=30) == 0
+    finally:
+        runner.stop_all()

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,7 @@ class WorkerRunner:
         self.url = url
         self.running: list[RunningWorker] = []
 
-    def start(self, tasks: Tasks, **settings: Any) -> RunningWorker:
+    def start(self, tasks: Tasks | Sequence[Tasks], **settings: Any) -> RunningWorker:
         settings.setdefault("idle_wait", 30.0)  # long: a test that passes can't be polling
         worker = Worker(tasks, url=self.url, settings=WorkerSettings(**settings))
         handle = RunningWorker(worker)

@@ -57,6 +57,51 @@ def load_tasks(target: str) -> Tasks:
     return found
 
 
+def parse_queues(spec: str) -> tuple[list[str], tuple[int, ...]]:
+    """`high,default,low` (strict order) or `high:5,default:3,low:1` (weights):
+    the queue names and their weights (none for strict order)."""
+    names: list[str] = []
+    weights: list[int] = []
+    for item in spec.split(","):
+        name, colon, weight = item.strip().partition(":")
+        if not name:
+            raise click.BadParameter(f"an empty queue name in {spec!r}", param_hint="--queues")
+        if colon:
+            if not weight.isdigit() or int(weight) < 1:
+                raise click.BadParameter(
+                    f"queue {name!r}: the weight must be a whole number >= 1, not {weight!r}",
+                    param_hint="--queues",
+                )
+            weights.append(int(weight))
+        names.append(name)
+    if weights and len(weights) != len(names):
+        raise click.BadParameter(
+            f"give every queue a weight (high:5,default:3,low:1) or none (strict order): {spec!r}",
+            param_hint="--queues",
+        )
+    if len(set(names)) != len(names):
+        raise click.BadParameter(f"a queue is named twice in {spec!r}", param_hint="--queues")
+    return names, tuple(weights)
+
+
+def tasks_of_queues(target: str, tasks: Tasks, names: list[str]) -> list[Tasks]:
+    """The Tasks of each named queue: TARGET's own, or another Tasks object
+    of TARGET's module (a task runs only on the queue it is registered on)."""
+    module = sys.modules[target.partition(":")[0]]
+    found: dict[str, Tasks] = {}
+    for value in [tasks, *vars(module).values()]:
+        if isinstance(value, Tasks):
+            found.setdefault(value.queue_name, value)
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise click.BadParameter(
+            f"no Tasks for queue(s) {missing} in module {module.__name__!r} (it has Tasks for "
+            f"{sorted(found)}): define e.g. `low = Tasks({missing[0]!r})` there",
+            param_hint="--queues",
+        )
+    return [found[n] for n in names]
+
+
 def _is_missing(exc: ImportError, module_name: str) -> bool:
     """True when the module named on the command line (or a package above
     it) does not exist, not when something it imports fails."""
@@ -221,6 +266,13 @@ def main(verbose: int, log_level: str | None, log_format: str) -> None:
     help="SIGTERM grace, seconds.",
 )  # fmt: skip
 @click.option("--burst", is_flag=True, help="Drain the queue, then exit.")
+@click.option(
+    "--queues",
+    default=None,
+    help="Serve several queues: high,default,low (strict order: a queue only when those "
+    "before it have nothing to claim) or high:5,default:3,low:1 (weights: claims shared in "
+    "proportion). Each queue's Tasks object is found in TARGET's module.",
+)
 @click.option("--failures", is_flag=True, help="Run the failure handlers' jobs instead.")
 @click.option(
     "--metrics-port",
@@ -242,6 +294,7 @@ def worker(
     lease: float,
     grace: float,
     burst: bool,
+    queues: str | None,
     failures: bool,
     metrics_port: int | None,
     metrics_history: bool,
@@ -249,8 +302,13 @@ def worker(
 ) -> None:
     """Run a worker for the tasks at TARGET (module:attribute)."""
     tasks = load_tasks(target)
-    if concurrency is None:
-        concurrency = default_concurrency(tasks)
+    served: list[Tasks] = [tasks]
+    weights: tuple[int, ...] = ()
+    if queues is not None:
+        names, weights = parse_queues(queues)
+        served = tasks_of_queues(target, tasks, names)
+    if concurrency is None:  # several queues: 100 only if every queue's handlers run on the loop
+        concurrency = min(default_concurrency(each) for each in served)
     settings = WorkerSettings(
         lease=lease,
         grace=grace,
@@ -258,14 +316,19 @@ def worker(
         failures=failures,
         **execution_settings(concurrency, execution),
         metrics=metrics_history,
+        weights=weights,
     )
     with ExitStack() as stack:
-        resolved = redis_url(url or tasks.url, stack)
+        resolved = redis_url(url or next((t.url for t in served if t.url), None), stack)
         hooks = []
         if metrics_port is not None:
-            hooks.append(metrics_endpoint(metrics_port, tasks, resolved, failures, stack))
-        run = Worker(tasks, url=resolved, settings=settings, hooks=hooks)
-        click.echo(f"worker {run.id}: queue {tasks.queue_name!r}, tasks {sorted(tasks.handlers)}")
+            hooks.append(metrics_endpoint(metrics_port, served, resolved, failures, stack))
+        run = Worker(served, url=resolved, settings=settings, hooks=hooks)
+        for position, each in enumerate(served):
+            share = f" (weight {weights[position]})" if weights else ""
+            click.echo(
+                f"worker {run.id}: queue {each.queue_name!r}{share}, tasks {sorted(each.handlers)}"
+            )
         run.run_sync()
         click.echo(f"worker {run.id}: {run.processed} completed, {run.failed} failed")
     # A sync handler still running past the grace period was given back to the
@@ -277,17 +340,20 @@ def worker(
 
 
 def metrics_endpoint(
-    port: int, tasks: Tasks, url: str, failures: bool, stack: ExitStack
+    port: int, served: list[Tasks], url: str, failures: bool, stack: ExitStack
 ) -> Hook:
-    """Serve the worker's Prometheus metrics on `port`; the hook that feeds them."""
+    """Serve the worker's Prometheus metrics (and its queues') on `port`;
+    the hook that feeds them."""
     try:
         from conveyor.integrations.prometheus import worker_endpoint
     except ImportError as exc:
         raise click.UsageError(
             f"--metrics-port needs prometheus-client: pip install 'conveyor[prometheus]' ({exc})"
         ) from exc
-    queue = stack.enter_context(Queue(tasks.queue_name, url=url, settings=tasks.settings))
-    hook = worker_endpoint(port, queue.failure_lane() if failures else queue)
+    clients = [
+        stack.enter_context(Queue(t.queue_name, url=url, settings=t.settings)) for t in served
+    ]
+    hook = worker_endpoint(port, [q.failure_lane() if failures else q for q in clients])
     click.echo(f"Prometheus metrics on http://0.0.0.0:{port}/metrics", err=True)
     return hook
 

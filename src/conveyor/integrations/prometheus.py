@@ -143,12 +143,14 @@ class QueueCollector(Collector):
         return families(states)
 
 
-def worker_endpoint(port: int, queue: Queue, *, addr: str = "0.0.0.0") -> PrometheusHook:
-    """Serve a worker's metrics and its queue's on `port` (a thread);
-    returns the hook to give the worker."""
+def worker_endpoint(
+    port: int, queue: Queue | Sequence[Queue], *, addr: str = "0.0.0.0"
+) -> PrometheusHook:
+    """Serve a worker's metrics and its queue's (or queues') on `port` (a
+    thread); returns the hook to give the worker."""
     registry = CollectorRegistry()
     hook = PrometheusHook(registry)
-    registry.register(QueueCollector([queue]))
+    registry.register(QueueCollector([queue] if isinstance(queue, Queue) else list(queue)))
     start_http_server(port, addr=addr, registry=registry)
     return hook
 

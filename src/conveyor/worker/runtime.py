@@ -1,13 +1,13 @@
 """The worker: wait for jobs, claim them in batches, hand them to its job
 pool (pool.py: the runners, acknowledgements, giving back at shutdown), and
 stop without losing any. A heartbeat thread renews leases and reaps expired
-ones.
+ones. A worker may serve several queues (queues.py): a pool, heartbeat and
+courier each, one claim loop and one idle wait for all.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -15,7 +15,7 @@ import random
 import signal
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,7 @@ from conveyor.worker.metrics import MetricsRecorder
 from conveyor.worker.pipelines import drive_pipeline
 from conveyor.worker.pool import JobPool, log_failure
 from conveyor.worker.processes import PoolSettings
+from conveyor.worker.queues import Lane, Turns, check_queues
 from conveyor.worker.tuning import AutoConcurrency, Controller
 from conveyor.worker.waiting import Blocker, advance
 
@@ -73,6 +74,9 @@ class WorkerSettings:
     auto_concurrency: bool = False
     min_concurrency: int = 1
     max_concurrency: int | None = None
+    # several queues: none for strict order, else one weight per queue
+    # (claims shared in proportion while every queue has jobs)
+    weights: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -85,6 +89,8 @@ class WorkerSettings:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigurationError(f"{name} must be at least 1")
+        if any(not isinstance(w, int) or w < 1 for w in self.weights):
+            raise ConfigurationError(f"queue weights must be whole numbers >= 1: {self.weights}")
         if self.lease < 0.2:
             raise ConfigurationError("lease must be at least 0.2 s")
 
@@ -101,23 +107,28 @@ class WorkerSettings:
 
 
 class Worker:
-    """Runs the handlers of `tasks` for jobs of its queue."""
+    """Runs the handlers of `tasks` for jobs of its queue; given the Tasks of
+    several queues, serves them in order (strict, or by settings.weights),
+    each task only on its own queue."""
 
     def __init__(
         self,
-        tasks: Tasks,
+        tasks: Tasks | Sequence[Tasks],
         *,
         url: str | None = None,
         settings: WorkerSettings | None = None,
         hooks: Sequence[Hook] = (),
     ) -> None:
-        self.tasks = tasks
+        self.queues = (tasks,) if isinstance(tasks, Tasks) else tuple(tasks)
         self.settings = settings or WorkerSettings()
         self._extra_hooks = Hooks(hooks).hooks  # besides those of tasks.settings
-        self.url = resolve_url(url or tasks.url)
+        self.url = resolve_url(url or next((t.url for t in self.queues if t.url), None))
+        check_queues(self.queues, self.settings.weights, self.url)
+        self.tasks = self.queues[0]  # the first (or only) queue's
         self.id = f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
         self._started = time.time()
-        self._jobs: JobPool | None = None
+        self._lanes: list[Lane] = []
+        self._jobs: JobPool | None = None  # the first (or only) queue's, as tests read it
         self._stopping = False
         self._hard_stop = asyncio.Event()
         self._slot_freed = asyncio.Event()
@@ -125,7 +136,8 @@ class Worker:
         self._wake_task: asyncio.Future[None] | None = None
         self._suspect: str | None = None  # a job that stalled before, running here
         self._auto = self._auto_concurrency()
-        self._largest = max([1, *(t.size for t in self.handlers.values())])
+        sizes = [t.size for tasks in self.queues for t in self._handlers(tasks).values()]
+        self._largest = max([1, *sizes])
         self._side_tasks: set[asyncio.Future[Any]] = set()
 
     # --- public ----------------------------------------------------------------
@@ -133,12 +145,12 @@ class Worker:
     @property
     def processed(self) -> int:
         """Jobs completed by this worker."""
-        return 0 if self._jobs is None else self._jobs.processed
+        return sum(lane.jobs.processed for lane in self._lanes)
 
     @property
     def failed(self) -> int:
         """Jobs this worker failed for good (retries not counted)."""
-        return 0 if self._jobs is None else self._jobs.failed
+        return sum(lane.jobs.failed for lane in self._lanes)
 
     def run_sync(self) -> None:
         """Run until stopped (SIGTERM / SIGINT), or drained with burst."""
@@ -164,75 +176,87 @@ class Worker:
             log.debug("could not wake the blocked wait")
 
     async def run(self) -> None:
-        queue = AsyncQueue(
-            self.tasks.queue_name,
-            url=self.url,
-            settings=self.tasks.settings,
-            failures=self.settings.failures,
+        self._lanes = [self._open_lane(tasks) for tasks in self.queues]
+        first = self._lanes[0]
+        self._turns = Turns(self._lanes, self.settings.weights, self.id)
+        self._queue = first.queue  # its wake key ends the idle wait (stop)
+        self._jobs = first.jobs
+        # on a cluster, every connection follows the queue's slot (queue.route);
+        # several queues share it (check_queues), so one blocking wait serves all
+        route = first.queue.route
+        self._blocker = Blocker(
+            self.url,
+            wire_endpoint(self.url, route),
+            self.settings.idle_wait + SOCKET_TIMEOUT,
+            route=route,
         )
-        # on a cluster, every connection follows the queue's slot (queue.route)
+        loop = asyncio.get_running_loop()
+        self._install_signals(loop)
+        try:
+            for lane in self._lanes:
+                await self._connect(lane.queue, lane.tasks)
+            for lane in self._lanes:
+                call_hooks(lane.hooks.worker_start, self.id, lane.queue.name)
+                lane.start()
+            await self._serve()
+        finally:
+            for lane in self._lanes:
+                await lane.close(self.id)
+            self._remove_signals(loop)
+            await self._blocker.close()
+            for lane in self._lanes:
+                call_hooks(lane.hooks.worker_stop, self.id, lane.queue.name)
+
+    def _open_lane(self, tasks: Tasks) -> Lane:
+        """The parts that serve one queue (connections open on first use)."""
+        queue = AsyncQueue(
+            tasks.queue_name, url=self.url, settings=tasks.settings, failures=self.settings.failures
+        )
         sync_client = connect_sync(self.url, route=queue.route)
         endpoint = wire_endpoint(self.url, queue.route)
-        self._blocker = Blocker(
-            self.url, endpoint, self.settings.idle_wait + SOCKET_TIMEOUT, route=queue.route
-        )
-        self._queue = queue
-        self._runner = queue.runner
         recorder = MetricsRecorder(queue.core) if self.settings.metrics else None
         own: list[Hook] = [] if recorder is None else [recorder]
         lines = job_lines.job_lines()  # by the log level
         if lines is not None:
             own.append(lines)
-        hooks = Hooks((*self.tasks.settings.hooks, *self._extra_hooks, *own))
-        self._hooks = hooks
+        hooks = Hooks((*tasks.settings.hooks, *self._extra_hooks, *own))
         courier = None
         if not self.settings.failures:  # a failure lane's jobs have no parents
             courier = Courier(
-                queue.name, url=self.url, settings=self.tasks.settings,
+                queue.name, url=self.url, settings=tasks.settings,
                 interval=self.settings.beat_every,
             )  # fmt: skip
+        handlers = self._handlers(tasks)
         jobs = JobPool(
             queue,
             worker_id=self.id,
-            handlers=self.handlers,
+            handlers=handlers,
             concurrency=self.settings.most_concurrency,
             lease=self.settings.lease,
             freed=self._slot_freed,
             hooks=hooks,
             processes=self._pool_settings(),
-            capacity=self._capacity,
+            capacity=self._capacity if len(self.queues) == 1 else self._capacity_beside(queue.name),
             on_handed_off=None if courier is None else courier.nudge,
         )
-        self._jobs = jobs
         beat_wire = None if endpoint is None else SyncWire(endpoint)
         beat_runner = SyncRunner(sync_client, queue.core.scripts, beat_wire)
-        heartbeat = self._heartbeat(beat_runner, jobs, recorder)
-        loop = asyncio.get_running_loop()
-        self._install_signals(loop)
-        try:
-            await self._connect(queue)
-            call_hooks(hooks.worker_start, self.id, queue.name)
-            heartbeat.start()
-            if courier is not None:
-                courier.start()
-            await self._serve(jobs)
-        finally:
-            heartbeat.stop()
-            if courier is not None:
-                await asyncio.to_thread(courier.stop)
-            await jobs.close()
-            self._remove_signals(loop)
-            with contextlib.suppress(ConveyorError, redis.RedisError, OSError):
-                if recorder is not None:  # the counts since the last beat
-                    await asyncio.to_thread(recorder.flush, beat_runner)
-                await asyncio.to_thread(heartbeat.leave)
-                await queue.client.delete(queue.core.keys.wake(self.id))
-            await self._blocker.close()
-            await queue.close()
-            sync_client.close()
-            if beat_wire is not None:
-                beat_wire.close()
-            call_hooks(hooks.worker_stop, self.id, queue.name)
+        named = sorted(n for n in handlers if n != PIPELINE_TASK)
+        heartbeat = self._heartbeat(beat_runner, queue, named, hooks, jobs, recorder)
+        return Lane(
+            tasks=tasks, queue=queue, jobs=jobs, hooks=hooks, heartbeat=heartbeat, courier=courier,
+            recorder=recorder, sync_client=sync_client, beat_wire=beat_wire,
+        )  # fmt: skip
+
+    def _capacity_beside(self, name: str) -> Callable[[], int]:
+        """Several queues: the capacity a queue's pool may fill, the worker's
+        less what the other queues' held jobs take (one budget for all)."""
+
+        def capacity() -> int:
+            others = sum(lane.jobs.load for lane in self._lanes if lane.queue.name != name)
+            return self._capacity() - others
+
+        return capacity
 
     # --- set-up ------------------------------------------------------------------
 
@@ -252,12 +276,12 @@ class Worker:
             runs_sync=s.executor == "process",
         )
 
-    async def _connect(self, queue: AsyncQueue) -> None:
+    async def _connect(self, queue: AsyncQueue, tasks: Tasks) -> None:
         delay = 0.1
         while True:
             try:
                 await queue.check()
-                await self._register_failure_tasks(queue)
+                await self._register_failure_tasks(queue, tasks)
                 return
             except ConnectionLostError as exc:
                 if self._stopping:
@@ -266,33 +290,38 @@ class Worker:
                 await asyncio.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 5.0)
 
-    async def _register_failure_tasks(self, queue: AsyncQueue) -> None:
+    async def _register_failure_tasks(self, queue: AsyncQueue, tasks: Tasks) -> None:
         """Tell the scripts which tasks have a failure handler (see finish.lua)."""
-        names = sorted(self.tasks.failure_handlers)
+        names = sorted(tasks.failure_handlers)
         if names and not self.settings.failures:
             await queue.client.sadd(queue.core.keys.failure_tasks, *names)
 
-    @property
-    def handlers(self) -> dict[str, Task[Any, Any]]:
-        """The handlers this worker runs: the tasks, or their failure handlers."""
+    def _handlers(self, tasks: Tasks) -> dict[str, Task[Any, Any]]:
+        """The handlers run for a queue: its tasks, or their failure handlers."""
         if self.settings.failures:
-            return self.tasks.failure_handlers
+            return tasks.failure_handlers
         # every worker can drive the pipelines enqueued in its queue
-        driver: Task[Any, Any] = Task(PIPELINE_TASK, drive_pipeline, self.tasks)
-        return {PIPELINE_TASK: driver, **self.tasks.handlers}
+        driver: Task[Any, Any] = Task(PIPELINE_TASK, drive_pipeline, tasks)
+        return {PIPELINE_TASK: driver, **tasks.handlers}
 
     def _heartbeat(
-        self, runner: SyncRunner, jobs: JobPool, recorder: MetricsRecorder | None
+        self,
+        runner: SyncRunner,
+        queue: AsyncQueue,
+        handlers: list[str],
+        hooks: Hooks,
+        jobs: JobPool,
+        recorder: MetricsRecorder | None,
     ) -> Heartbeat:
         loop = asyncio.get_running_loop()
-        stalled = self._hooks.on_stalled
+        stalled = hooks.on_stalled
         return Heartbeat(
             runner=runner,
-            core=self._queue.core,
+            core=queue.core,
             worker_id=self.id,
             lease_ms=to_ms(self.settings.lease),
             interval=self.settings.beat_every,
-            info=self._info,
+            info=lambda: self._info(queue.name, handlers, jobs),
             leases=jobs.leases,
             on_lost=lambda ids: _call_soon(loop, jobs.lose, ids),
             on_aborted=lambda ids: _call_soon(loop, jobs.abort, ids),
@@ -302,22 +331,23 @@ class Worker:
             after_beat=None if recorder is None else recorder.flush,
         )
 
-    def _info(self) -> str:
-        return json.dumps(
-            {
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "queue": self.tasks.queue_name,
-                "concurrency": self._capacity(),
-                "started_at": self._started,
-                "beat_at": time.time(),  # this heartbeat's, for the roll call's readers
-                "tasks": sorted(n for n in self.handlers if n != PIPELINE_TASK),
-                "failures": self.settings.failures,
-                "running": self._in_flight,
-                "processed": self.processed,
-                "failed": self.failed,
-            }
-        )
+    def _info(self, queue: str, handlers: list[str], jobs: JobPool) -> str:
+        info = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "queue": queue,
+            "concurrency": self._capacity(),  # shared by all its queues
+            "started_at": self._started,
+            "beat_at": time.time(),  # this heartbeat's, for the roll call's readers
+            "tasks": handlers,
+            "failures": self.settings.failures,
+            "running": jobs.holding,  # of this queue
+            "processed": jobs.processed,
+            "failed": jobs.failed,
+        }
+        if len(self.queues) > 1:
+            info["queues"] = [t.queue_name for t in self.queues]
+        return json.dumps(info)
 
     def _install_signals(self, loop: asyncio.AbstractEventLoop) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -335,9 +365,10 @@ class Worker:
 
     # --- the main loop -------------------------------------------------------------
 
-    async def _serve(self, jobs: JobPool) -> None:
-        await jobs.open()
-        jobs.start(self._died)
+    async def _serve(self) -> None:
+        for lane in self._lanes:
+            await lane.jobs.open()
+            lane.jobs.start(self._died)
         tuner = None
         if self._auto is not None:
             tuner = asyncio.create_task(self._auto.run())
@@ -347,13 +378,20 @@ class Worker:
         finally:
             if tuner is not None:
                 tuner.cancel()
-        await jobs.shut_down(grace=self.settings.grace, hard_stop=self._hard_stop)
+        grace, hard_stop = self.settings.grace, self._hard_stop
+        await asyncio.gather(
+            *(lane.jobs.shut_down(grace=grace, hard_stop=hard_stop) for lane in self._lanes)
+        )
 
     @property
     def _in_flight(self) -> int:
-        """Leases held here (claimed, running or awaiting acknowledgement):
-        what claims are bounded by, and what `alone` and idleness mean."""
-        return 0 if self._jobs is None else self._jobs.holding
+        """Leases held here (claimed, running or awaiting acknowledgement),
+        in all its queues: what claims are bounded by, and what `alone` and
+        idleness mean."""
+        lanes = self._lanes
+        if len(lanes) == 1:
+            return lanes[0].jobs.holding
+        return sum(lane.jobs.holding for lane in lanes)
 
     def _died(self, task: asyncio.Task[Any]) -> None:
         """A runner or the ack writer must never end on its own: if one does,
@@ -378,7 +416,11 @@ class Worker:
                 await self._slot_freed.wait()
                 continue
             try:
-                reply = await self._claim(self._claim_count(free))
+                count = self._claim_count(free)
+                if len(self._lanes) == 1:
+                    reply = await self._claim(count)
+                else:
+                    reply = await self._turns.claim(count, self._claim, self._held_back)
                 delay = 0.05
                 if self._auto is not None:
                     self._auto.saw(self._in_flight)
@@ -397,10 +439,10 @@ class Worker:
                 await self._until_idle()
                 continue
             if self.settings.burst and self._drained(reply):
-                if self._jobs is not None and self._jobs.held:
+                if any(lane.jobs.held for lane in self._lanes):
                     # outcomes still to be written may make a flow's parent ready: write
                     # them, then claim again
-                    await self._jobs.outcomes_written()
+                    await asyncio.gather(*(lane.jobs.outcomes_written() for lane in self._lanes))
                     continue
                 return
             if self.settings.burst and self._in_flight and reply.next_due_ms is None:
@@ -412,8 +454,11 @@ class Worker:
 
     @property
     def _load(self) -> int:
-        """The capacity taken by held jobs (units of task size)."""
-        return 0 if self._jobs is None else self._jobs.load
+        """The capacity taken by held jobs (units of task size), in all queues."""
+        lanes = self._lanes
+        if len(lanes) == 1:
+            return lanes[0].jobs.load
+        return sum(lane.jobs.load for lane in lanes)
 
     def _claim_count(self, free: int) -> int:
         """Jobs to claim for `free` units: as many as fit if all were of
@@ -445,8 +490,8 @@ class Worker:
         horizon = reply.now_ms + to_ms(self.settings.idle_wait)
         return reply.next_due_ms is None or reply.next_due_ms > horizon
 
-    def _claim_call(self, count: int) -> ops.Call:
-        core = self._queue.core
+    def _claim_call(self, lane: Lane, count: int) -> ops.Call:
+        core = lane.queue.core
         return ops.claim(
             core.keys,
             worker_id=self.id,
@@ -458,21 +503,27 @@ class Worker:
             alone=not self._in_flight,
         )
 
-    async def _claim(self, count: int) -> ops.ClaimReply:
-        call = self._claim_call(count)
-        return self._claimed(call, await self._runner.run(call))
+    async def _claim(self, count: int, lane: Lane | None = None) -> ops.ClaimReply:
+        lane = lane or self._lanes[0]
+        call = self._claim_call(lane, count)
+        return self._claimed(lane, call, await lane.queue.runner.run(call))
 
-    def _claimed(self, call: ops.Call, raw: Any) -> ops.ClaimReply:
+    def _held_back(self, reply: ops.ClaimReply) -> bool:
+        """A suspect waits for this worker to be idle: claim nothing beside it."""
+        return reply.held and self._in_flight > 0
+
+    def _claimed(self, lane: Lane, call: ops.Call, raw: Any) -> ops.ClaimReply:
         """Take in the jobs a claim leased."""
         reply = ops.decode_claim(raw)
         token = call.args[3]
-        assert isinstance(token, str) and self._jobs is not None
+        assert isinstance(token, str)
+        jobs = lane.jobs
         for claimed in reply.jobs:
             if claimed.stalls:
                 self._suspect = claimed.id  # claim.lua gave it to us alone
-            self._jobs.accept(claimed, token, reply.now_ms)
+            jobs.accept(claimed, token, reply.now_ms)
             if claimed.schedule:
-                self._background(advance(self._queue, claimed, reply.now_ms))
+                self._background(advance(lane.queue, claimed, reply.now_ms))
         return reply
 
     def _background(self, coro: Any) -> None:
@@ -509,28 +560,31 @@ class Worker:
         returns: no round trip between waking and leasing (about 0.3 ms less
         enqueue-to-start latency). A claim refused (NOSCRIPT after a Redis
         restart, say) is simply left to the next claim of the loop."""
-        keys = self._queue.core.keys
+        if len(self._lanes) > 1:
+            return await self._turns.block(self._blocker, timeout, self._woken)
+        lane = self._lanes[0]
+        keys = lane.queue.core.keys
         pop = (keys.marker, keys.wake(self.id), timeout)
-        call = self._claim_call(self._claim_count(self._capacity() - self._load))
-        script = self._queue.core.scripts["claim"]
+        call = self._claim_call(lane, self._claim_count(self._capacity() - self._load))
+        script = lane.queue.core.scripts["claim"]
         replies = await self._blocker.bzpopmin_then(pop, script.sha, call)
         if replies is None:
             popped = await self._blocker.bzpopmin(*pop)
         else:
             popped = replies[0]
             if not isinstance(replies[1], Exception):
-                self._claimed(call, replies[1])
-        self._woken(popped)
+                self._claimed(lane, call, replies[1])
+        self._woken(lane, popped)
         return popped
 
-    def _woken(self, popped: Any) -> None:
+    def _woken(self, lane: Lane, popped: Any) -> None:
         """What woke us: `abort=<id>` on our wake key is a client's abort
         of a job we hold (abort.lua); anything else only ends the wait."""
-        if not popped or isinstance(popped, Exception) or self._jobs is None:
+        if not popped or isinstance(popped, Exception):
             return
         member = ops.text(popped[1])
         if member.startswith("abort="):
-            self._jobs.abort([member.removeprefix("abort=")])
+            lane.jobs.abort([member.removeprefix("abort=")])
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
