@@ -40,6 +40,12 @@ with Queue(kids, url=url) as k, Queue(parents, url=url) as p:
 """
 
 
+# The scenario tests hand-offs, not stall limits: with the default max_stalls (3), a child
+# whose worker is killed three times (34 kills in 90 s at full size) fails for good, and its
+# parent with it (the `fail` policy), which the checks below would count as a lost hand-off.
+STALLS = 100
+
+
 def _enqueue(url: str, parents: str, kids: str, count: int, width: int, rng: Any) -> list[str]:
     from conveyor import FlowJob, Queue
 
@@ -50,13 +56,14 @@ def _enqueue(url: str, parents: str, kids: str, count: int, width: int, rng: Any
                 FlowJob(
                     task="child", queue=kids if c % 2 else parents,
                     data={"n": c + 1, "s": round(rng.uniform(0.0, 0.05), 3)},
-                    options={"id": f"p{p:04d}-c{c}"},
+                    options={"id": f"p{p:04d}-c{c}", "max_stalls": STALLS},
                 )
                 for c in range(width)
             ]  # fmt: skip
             ids.append(
                 q.enqueue_flow(
-                    FlowJob(task="parent", children=children, options={"id": f"p{p:04d}"})
+                    FlowJob(task="parent", children=children,
+                            options={"id": f"p{p:04d}", "max_stalls": STALLS})  # fmt: skip
                 ).id
             )
     return ids
