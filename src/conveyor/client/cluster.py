@@ -54,46 +54,31 @@ class Route(ABC):
     refusals: tuple[type[rx.RedisError], ...] = ()  # replies that mean "not here"
     check_role = False  # ask ROLE on every new connection: must be a master
 
-    def __init__(self, template: str, first: tuple[str, int], connect_timeout: float) -> None:
-        self.template = template  # a node's URL, `{address}` to fill in
-        self._first = first  # the first node the URL names
-        self.connect_timeout = connect_timeout
-        self._address: tuple[str, int] | None = None
-        self._lock = threading.Lock()
-
-    def url_for(self, host: str, port: int) -> str:
-        """The plain URL of one server, with the deployment's credentials."""
-        return self.template.format(address=f"{quote(host)}:{port}")
-
     @property
+    @abstractmethod
     def node_url(self) -> str:
         """A plain URL with the deployment's credentials and options, for the pool."""
-        return self.url_for(*self._first)
 
     @property
+    @abstractmethod
     def cached(self) -> tuple[str, int] | None:
         """The address known now, if any (no I/O)."""
-        return self._address
-
-    def address(self) -> tuple[str, int]:
-        """(host, port) to connect to; asks the deployment when unknown."""
-        with self._lock:
-            if self._address is None:
-                self._address = self._discover()
-            return self._address
-
-    def forget(self) -> None:
-        """The next connection asks the deployment again."""
-        with self._lock:
-            self._address = None
 
     @abstractmethod
-    def _discover(self) -> tuple[str, int]:
-        """Ask the deployment where to connect."""
+    def address(self) -> tuple[str, int]:
+        """(host, port) to connect to; asks the deployment when unknown."""
+
+    @abstractmethod
+    def forget(self) -> None:
+        """The next connection asks the deployment again."""
 
     @abstractmethod
     def redirected(self, error: rx.RedisError) -> SlotRedirect:
         """Learn from a refusal; the error to raise (or return in place)."""
+
+    @abstractmethod
+    def url_for(self, host: str, port: int) -> str:
+        """The plain URL of one server, with the deployment's credentials."""
 
     def role_refused(self, role: Any, where: str) -> SlotRedirect | None:
         """None when a ROLE reply says master; else the route is forgotten and
@@ -136,15 +121,41 @@ class SlotRoute(Route):
     refusals = REDIRECTS
 
     def __init__(self, url: str, slot: int, *, connect_timeout: float = 5.0) -> None:
-        template, self.seeds = parse_cluster_url(url)
-        super().__init__(template, self.seeds[0], connect_timeout)
+        self.template, self.seeds = parse_cluster_url(url)
         self.slot = slot
+        self.connect_timeout = connect_timeout
+        self._address: tuple[str, int] | None = None
         self._masters: list[tuple[str, int]] = []  # every node seen: more seeds
+        self._lock = threading.Lock()
 
     @classmethod
     def for_tag(cls, url: str, base_key: str) -> SlotRoute:
         """The route of the queue whose keys start with `base_key`."""
         return cls(url, key_slot(base_key.encode()))
+
+    def url_for(self, host: str, port: int) -> str:
+        """The plain redis:// URL of one node, with the cluster URL's credentials."""
+        return self.template.format(address=f"{quote(host)}:{port}")
+
+    @property
+    def node_url(self) -> str:
+        """The plain URL of some node: credentials and options, for the pool."""
+        return self.url_for(*self.seeds[0])
+
+    @property
+    def cached(self) -> tuple[str, int] | None:
+        return self._address
+
+    def address(self) -> tuple[str, int]:
+        """(host, port) of the slot's master; asks the cluster when unknown."""
+        with self._lock:
+            if self._address is None:
+                self._address = self._discover()
+            return self._address
+
+    def forget(self) -> None:
+        with self._lock:
+            self._address = None
 
     def redirected(self, error: rx.RedisError) -> SlotRedirect:
         """Learn from a refusal; the error to raise (or return in place)."""

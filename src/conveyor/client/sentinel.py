@@ -19,6 +19,7 @@ unauthenticated; `requirepass` on them is not supported yet).
 
 from __future__ import annotations
 
+import threading
 from urllib.parse import quote, unquote, urlsplit
 
 import redis
@@ -71,8 +72,32 @@ class SentinelRoute(Route):
     check_role = True
 
     def __init__(self, url: str, *, connect_timeout: float = 5.0) -> None:
-        template, self.sentinels, self.service, self._ask = parse_sentinel_url(url)
-        super().__init__(template, self.sentinels[0], connect_timeout)
+        self.template, self.sentinels, self.service, self._ask = parse_sentinel_url(url)
+        self.connect_timeout = connect_timeout
+        self._address: tuple[str, int] | None = None
+        self._lock = threading.Lock()
+
+    def url_for(self, host: str, port: int) -> str:
+        return self.template.format(address=f"{quote(host)}:{port}")
+
+    @property
+    def node_url(self) -> str:
+        return self.url_for(*self.sentinels[0])
+
+    @property
+    def cached(self) -> tuple[str, int] | None:
+        return self._address
+
+    def address(self) -> tuple[str, int]:
+        """(host, port) of the service's master; asks the sentinels when unknown."""
+        with self._lock:
+            if self._address is None:
+                self._address = self._discover()
+            return self._address
+
+    def forget(self) -> None:
+        with self._lock:
+            self._address = None
 
     def redirected(self, error: rx.RedisError) -> SlotRedirect:
         self.forget()
