@@ -148,7 +148,7 @@ def test_the_cli_worker_runs_sync_handlers_in_children(
     assert proc.returncode == 0 and "5 completed, 0 failed" in out
     pids = [sync_queue.wait_result(j.id, timeout=5)["pid"] for j in jobs]
     assert proc.pid not in pids
-    assert pids[0] == pids[1] == pids[2] != pids[3] == pids[4]  # recycled after 3
+    assert pids[0] == pids[1] == pids[2] != pids[3] == pids[4], pids  # recycled after 3
 
 
 def test_the_timeout_counts_from_when_a_child_takes_the_job(

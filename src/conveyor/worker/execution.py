@@ -231,6 +231,7 @@ class Deadline:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """The run starts now (a child took it): count from here."""
+        self.disarm()
         self.started = loop.time()
         self.arm(loop)
 
