@@ -85,3 +85,11 @@ def reports(data: Any) -> Any:
         job.save_checkpoint({"step": 1})
         raise RuntimeError("after the checkpoint")
     return job.checkpoint
+
+
+@tasks.task(executor="process", max_failures=1)
+def touches(path: str) -> int:
+    """Leaves its pid in a file: the proof that it ran."""
+    with open(path, "a") as mark:
+        mark.write(f"{os.getpid()}\n")
+    return os.getpid()

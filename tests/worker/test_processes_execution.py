@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -171,3 +172,36 @@ def test_a_child_writes_the_jobs_log_and_checkpoint_through_the_parent(
     assert sync_queue.job_log(job.id)[-4:] == [
         "attempt 1", "in a child", "attempt 2", "in a child"
     ]  # fmt: skip
+
+
+def test_a_job_sent_ahead_to_a_busy_child_is_taken_back_when_aborted(
+    tasks: Tasks, sync_queue: Queue, worker_runner: WorkerRunner, tmp_path: Path
+) -> None:
+    worker = worker_runner.start(tasks, concurrency=2, processes=1, lease=3)  # beats each 1 s
+    wait_until(lambda: len(_pids(worker)) == 1, timeout=30)
+    [child] = _pids(worker)
+    busy = sync_queue.enqueue("sleeps", 6)
+    mark = tmp_path / "ran"
+    behind = sync_queue.enqueue("touches", str(mark))  # sent to the child, waits in its pipe
+    wait_until(lambda: (r := sync_queue.get(behind.id)) is not None and r.state == "active", 30)
+    assert sync_queue.abort(behind.id) == "aborting"
+    with pytest.raises(JobFailedError) as failure:
+        sync_queue.wait_result(behind.id, timeout=30)
+    assert failure.value.error.startswith("AbortedError")
+    assert sync_queue.get(busy.id).state == JobState.ACTIVE  # type: ignore[union-attr]
+    assert sync_queue.wait_result(busy.id, timeout=30) == child  # not killed for it
+    assert sync_queue.wait_result(sync_queue.enqueue("sleeps", 0).id, timeout=30) == child
+    assert not mark.exists()  # it never ran
+
+
+def test_a_job_waiting_behind_a_long_one_moves_to_a_child_that_falls_idle(
+    tasks: Tasks, sync_queue: Queue, worker_runner: WorkerRunner
+) -> None:
+    worker = worker_runner.start(tasks, concurrency=4, processes=2)
+    wait_until(lambda: len(_pids(worker)) == 2, timeout=30)
+    long = sync_queue.enqueue("sleeps", 5)
+    short = [sync_queue.enqueue("sleeps", 0) for _ in range(3)]
+    for job in short:  # one of them was sent behind the long job, then taken back
+        assert sync_queue.wait_result(job.id, timeout=30) in _pids(worker)
+    assert sync_queue.get(long.id).state == JobState.ACTIVE  # type: ignore[union-attr]
+    assert sync_queue.wait_result(long.id, timeout=30) in _pids(worker)
