@@ -4,12 +4,16 @@ A feedback controller, after Temporal's resource-based slot tuner: every
 `tick` it reads the host's CPU use and the share of it that this worker and
 its child processes take, and moves the limit between `low` and `high`:
 
-- up by one slot at most every `confirm` ticks (a bounded grant rate), when
-  that many readings in a row warrant it: only when the
-  worker used all its slots (there is work to take), when the CPU is under
-  `target - band`, and when the host's CPU with one job more (at the cost of
-  one of this worker's jobs: its own use per running job, which does not
-  move when the limit does) stays under the target;
+- up, when a reading warrants it: only when the worker used all its slots
+  (there is work to take), when the CPU is under `target - band`, and when
+  the host's CPU with one job more (at the cost of one of this worker's
+  jobs: its own use per running job, which does not move when the limit
+  does) stays under the target. Until its first fall it starts fast: every
+  such tick it grants the jobs that fit under the target at their cost, but
+  never more than doubles (a worker with short I/O jobs reaches its maximum
+  in a few seconds, not one slot a second). After a fall it is careful: one
+  slot at most every `confirm` ticks, each rise warranted that many ticks in
+  a row (a bounded grant rate);
 - down, when the CPU is over `target + band`, by the jobs over the target at
   their cost (one at least, a fifth of the limit at most), then no rise for
   `cooldown` ticks;
@@ -52,7 +56,8 @@ class Controller:
     _cost: float | None = field(default=None, init=False)  # host CPU per running job
     _quiet: int = field(default=0, init=False)
     _ready: int = field(default=0, init=False)  # ticks in a row a rise was warranted
-    confirm: int = 2  # ticks in a row a rise must be warranted before it is granted
+    _fell: bool = field(default=False, init=False)  # it fell once: careful steps from then on
+    confirm: int = 2  # ticks in a row a rise must be warranted (after the first fall)
 
     def __post_init__(self) -> None:
         if not 1 <= self.low <= self.high:
@@ -67,9 +72,13 @@ class Controller:
         if host > self.target + self.band and self.limit > self.low:
             self.limit = max(self.low, self.limit - self._fall(host))
             self._quiet = self.cooldown + 1
+            self._fell = True
         elif self._may_rise(host, reading):
             self._ready += 1
-            if self._ready >= self.confirm:
+            if not self._fell:
+                self.limit = min(self.high, self.limit + self._start_step(host, reading))
+                self._ready = 0
+            elif self._ready >= self.confirm:
                 self.limit += 1
                 self._ready = 0
         else:
@@ -84,6 +93,14 @@ class Controller:
         if not self._cost:
             return most
         return min(most, max(1, math.ceil((host - self.target) / self._cost)))
+
+    def _start_step(self, host: float, reading: Reading) -> int:
+        """The jobs that fit under the target at their cost (one at least),
+        but no more than the limit: it doubles at most."""
+        if not self._cost:
+            return self.limit
+        room = (self.target - max(host, reading.host)) / self._cost
+        return max(1, min(self.limit, math.floor(room)))
 
     def _average(self, old: float | None, new: float) -> float:
         return new if old is None else self.smoothing * new + (1 - self.smoothing) * old
