@@ -1,6 +1,7 @@
 """Execution figures (issue 17), beside the peers where the peers' venv is there:
 
-    python -m bench.execution [--n 2000] [--timeouts 30] [--mix 1500] [--out DIR]
+    python -m bench.execution [--reps 3] [--n 2000] [--timeouts 30] [--mix-seconds 15]
+                              [--fixed 1,2,4,8,16,32,64] [--parts cpu,timeout,auto] [--out DIR]
 
 - cpu: jobs of about 5 ms of pure Python, 2 worker processes (Conveyor's process
   execution, Celery's prefork pool, Dramatiq's processes) against the same work in a plain
@@ -9,10 +10,14 @@
 - timeout: jobs that hang, with timeout=0.5 s and one child: from the deadline to the
   `failed` record, and to the next job running in the replaced child (p50, p99);
 - auto: a CPU/IO mix (a quarter 5 ms CPU jobs in children, the rest 50 ms of asyncio
-  sleep) drained with fixed concurrencies and with --concurrency auto; a plot of the auto
-  worker's concurrency and CPU over time (when matplotlib is there).
+  sleep), a backlog that outlasts the run, worked for `--mix-seconds` from the first
+  job's start with each fixed concurrency and with --concurrency auto (--max the largest
+  fixed one): jobs/s in that window, the auto worker's ramp included; a plot of the
+  auto worker's concurrency and CPU over time (when matplotlib is there).
 
-Every figure on a shared or loaded machine is indicative only.
+cpu and auto run `--reps` times, interleaved; each figure is the median of the reps
+(timeout runs once). `targets` says, for each of the issue's targets, the measured
+ratio and whether it holds. Every figure on a shared or loaded machine is indicative only.
 """
 
 from __future__ import annotations
@@ -214,19 +219,23 @@ def _pcts(name: str, values: list[float]) -> dict[str, Any]:
     return {f"{name}_p50": statistics.median(values), f"{name}_p99": p99}
 
 
-def _mix(url: str, mark_url: str, n: int, loops: int, settings: list[str]) -> dict[str, Any]:
-    """The CPU/IO mix drained by one worker per setting; the auto one's trace."""
+def _mix(
+    url: str, mark_url: str, seconds: float, loops: int, settings: list[str], most: int
+) -> dict[str, Any]:
+    """The CPU/IO mix worked by one worker per setting for `seconds`; the auto one's trace."""
     env = _env(url, mark_url, loops)
     out: dict[str, Any] = {}
+    backlog = int(seconds * 2500)  # more than any setting here gets through
     for setting in settings:
         redis.Redis.from_url(url).flushdb()
         marks = Marks(mark_url)
         auto = setting == "auto"
         with Queue("bench-exec", url=url) as queue:
-            queue.enqueue_many([("cpu" if i % 4 == 0 else "io", None) for i in range(n)])
+            queue.enqueue_many([("cpu" if i % 4 == 0 else "io", None) for i in range(backlog)])
         command = [sys.executable, "-m", "conveyor.integrations.cli", *(["-v"] if auto else []),
                    "worker", "bench.execution_tasks:tasks", "--url", url, "--processes", "2",
-                   "-c", setting, *(["--min", "1", "--max", "16"] if auto else [])]  # fmt: skip
+                   "-c", setting,
+                   *(["--min", "1", "--max", str(most)] if auto else [])]  # fmt: skip
         log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)  # noqa: SIM115
         worker = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log,
                                   start_new_session=True)  # fmt: skip
@@ -234,7 +243,10 @@ def _mix(url: str, mark_url: str, n: int, loops: int, settings: list[str]) -> di
         t0 = time.monotonic()
         started_wall = time.time()
         probe = psutil.Process(worker.pid)
-        while marks.done() < n and time.monotonic() - t0 < 300:
+        while marks.done() < 1 and time.monotonic() - t0 < 60:
+            time.sleep(0.01)
+        first, first_done = time.monotonic(), marks.done()
+        while time.monotonic() - first < seconds:
             time.sleep(0.5)
             try:
                 own = probe.cpu_percent() + sum(
@@ -243,10 +255,10 @@ def _mix(url: str, mark_url: str, n: int, loops: int, settings: list[str]) -> di
             except psutil.Error:
                 own = 0.0
             trace.append((time.monotonic() - t0, psutil.cpu_percent(), own))
+        done, took = marks.done() - first_done, time.monotonic() - first
         worker.terminate()
         worker.wait(20)
-        span = marks.span() if marks.done() >= n else None
-        out[setting] = {"jobs_per_s": (n - 1) / span if span else None}
+        out[setting] = {"jobs_per_s": done / took if done < backlog else None}
         if setting == "auto":
             log.seek(0)
             out[setting]["limit_at"] = _limit_changes(log.read())
@@ -278,34 +290,112 @@ def _plot(json_path: Path, png_path: Path) -> str:
     return f"no plot: {done.stderr.strip().splitlines()[-1] if done.stderr else 'failed'}"
 
 
+def _median(runs: list[Any]) -> Any:
+    """The median of the reps' figures, key by key (None where a rep has none)."""
+    first = runs[0]
+    if isinstance(first, dict):
+        return {k: _median([r.get(k) for r in runs]) for k in first if k != "cpu_trace"} | (
+            {"cpu_trace": first["cpu_trace"]} if "cpu_trace" in first else {}
+        )
+    numbers = [r for r in runs if isinstance(r, int | float) and not isinstance(r, bool)]
+    if len(numbers) == len(runs):
+        return statistics.median(numbers)
+    return first
+
+
+def targets(result: dict[str, Any]) -> dict[str, Any]:
+    """The issue's targets against the medians: each ratio, its goal, and whether it holds."""
+    out: dict[str, Any] = {}
+    cpu = result.get("cpu")
+    if cpu:
+        ours = (cpu.get("conveyor") or {}).get("jobs_per_s")
+        plain = cpu.get("plain_2proc_jobs_per_s")
+        if ours and plain:
+            out["cpu_vs_plain_2proc"] = _goal(ours / plain, ">=", 0.8)
+        for peer in ("celery_prefork", "dramatiq_processes"):
+            theirs = (cpu.get(peer) or {}).get("jobs_per_s")
+            if ours and theirs:
+                out[f"cpu_vs_{peer}"] = _goal(ours / theirs, ">=", 1.0)
+    timeout = result.get("timeout")
+    if timeout:
+        for name in ("timeout_to_failed_s_p99", "timeout_to_next_job_in_new_child_s_p99"):
+            if timeout.get(name) is not None:
+                out[name] = _goal(timeout[name], "<", 1.0)
+    mix = result.get("auto")
+    if mix and (mix.get("auto") or {}).get("jobs_per_s"):
+        auto = mix["auto"]["jobs_per_s"]
+        fixed = {k: v["jobs_per_s"] for k, v in mix.items() if k != "auto" and v["jobs_per_s"]}
+        if fixed:
+            best = max(fixed, key=lambda k: fixed[k])
+            worst = min(fixed, key=lambda k: fixed[k])
+            out["auto_vs_best_fixed"] = {"best": best, **_goal(auto / fixed[best], ">=", 0.85)}
+            out["auto_vs_worst_fixed"] = {"worst": worst, "ratio": round(auto / fixed[worst], 2)}
+    return out
+
+
+def _goal(value: float, op: str, goal: float) -> dict[str, Any]:
+    holds = value >= goal if op == ">=" else value < goal
+    return {"value": round(value, 3), "goal": f"{op} {goal}", "holds": holds}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.execution", description=__doc__)
+    parser.add_argument("--reps", type=int, default=3, help="reps of cpu and auto (median)")
     parser.add_argument("--n", type=int, default=2000, help="cpu jobs")
     parser.add_argument("--timeouts", type=int, default=30, help="hanging jobs")
-    parser.add_argument("--mix", type=int, default=1500, help="jobs of the CPU/IO mix")
-    parser.add_argument("--fixed", default="1,2,4,8,16", help="fixed concurrencies of the mix")
+    parser.add_argument("--mix-seconds", type=float, default=15.0, help="each mix run's window")
+    parser.add_argument("--fixed", default="1,2,4,8,16,32,64", help="the mix's fixed concurrencies")
+    parser.add_argument("--parts", default="cpu,timeout,auto", help="which parts to run")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
+    parts = set(args.parts.split(","))
+    fixed = args.fixed.split(",")
     loops = calibrate()
+    started = time.time()
+    runs: dict[str, list[Any]] = {"cpu": [], "auto": []}
     with tempfile.TemporaryDirectory() as work:
         server = RedisProcess(data_dir=Path(work) / "redis").start()
         try:
             url, mark_url = server.url, server.url.rsplit("/", 1)[0] + "/1"
-            result = {
-                "note": "indicative only: a shared, loaded machine",
+            result: dict[str, Any] = {
+                "note": "indicative only: a shared 2-core machine (see load_average)",
                 "cpus": os.cpu_count(),
-                "cpu": _cpu(url, mark_url, args.n, loops),
-                "timeout": _timeouts(url, mark_url, args.timeouts),
-                "auto": _mix(url, mark_url, args.mix, loops, [*args.fixed.split(","), "auto"]),
+                "reps": args.reps,
             }
+            for _ in range(args.reps):
+                if "cpu" in parts:
+                    runs["cpu"].append(_cpu(url, mark_url, args.n, loops))
+                if "auto" in parts:
+                    most = max(int(f) for f in fixed)
+                    runs["auto"].append(
+                        _mix(url, mark_url, args.mix_seconds, loops, [*fixed, "auto"], most)
+                    )
+            if "timeout" in parts:
+                result["timeout"] = _timeouts(url, mark_url, args.timeouts)
         finally:
             server.stop()
+    for part, reps in runs.items():
+        if reps:
+            result[part] = _median(reps)
+            result[f"{part}_runs"] = [_brief(part, r) for r in reps]
+    result["targets"] = targets(result)
+    result["seconds"] = round(time.time() - started)
+    result["load_average_at_end"] = os.getloadavg()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "execution.json").write_text(json.dumps(result, indent=1))
-    result["plot"] = _plot(args.out / "execution.json", args.out / "execution.png")
-    brief = {k: v for k, v in result.items() if k != "auto"}
-    brief["auto"] = {k: v["jobs_per_s"] for k, v in result["auto"].items()}
+    if "auto" in result:
+        result["plot"] = _plot(args.out / "execution.json", args.out / "execution.png")
+    brief = {k: v for k, v in result.items() if k not in ("auto", "cpu_runs", "auto_runs")}
+    if "auto" in result:
+        brief["auto"] = _brief("auto", result["auto"])
     print(json.dumps(brief, indent=1))
+
+
+def _brief(part: str, run: dict[str, Any]) -> dict[str, Any]:
+    """A rep without the trace: jobs/s per system or setting."""
+    if part == "auto":
+        return {k: v["jobs_per_s"] for k, v in run.items()}
+    return {k: (v["jobs_per_s"] if isinstance(v, dict) else v) for k, v in run.items()}
 
 
 if __name__ == "__main__":
