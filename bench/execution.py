@@ -151,6 +151,7 @@ def _drain(
 def _cpu(url: str, mark_url: str, n: int, loops: int) -> dict[str, Any]:
     env = _env(url, mark_url, loops)
     out: dict[str, Any] = {"loops_per_job": loops, **_plain(n, loops)}
+    redis.Redis.from_url(url).flushdb()  # the previous rep's mix left its backlog
     marks = Marks(mark_url)
     conveyor = [sys.executable, "-m", "conveyor.integrations.cli", "worker"]
     with Queue("bench-exec", url=url) as queue:

@@ -38,23 +38,23 @@ def _turns(limits: list[int]) -> int:
 
 
 def test_cpu_bound_jobs_settle_where_one_more_would_pass_the_target() -> None:
-    limits = _run(Controller(low=1, high=16), cost=0.3, ticks=60)
+    limits = _run(Controller(target=0.8, low=1, high=16), cost=0.3, ticks=60)
     assert set(limits) == {2}  # 2 x 0.3 = 0.6; a third would make 0.9 > 0.8
 
 
 def test_io_bound_jobs_start_fast_doubling_at_most_to_the_maximum() -> None:
-    limits = _run(Controller(low=1, high=40), cost=0.01, ticks=30)
+    limits = _run(Controller(target=0.8, low=1, high=40), cost=0.01, ticks=30)
     assert limits[:7] == [2, 4, 8, 16, 32, 40, 40]
     assert set(limits[5:]) == {40}
 
 
 def test_the_fast_start_grants_only_the_jobs_that_fit_under_the_target() -> None:
-    limits = _run(Controller(low=1, high=64), cost=0.07, ticks=6)
+    limits = _run(Controller(target=0.8, low=1, high=64), cost=0.07, ticks=6)
     assert limits == [2, 4, 8, 11, 11, 11]  # 8 x 0.07 = 0.56: 3 more fit under 0.8
 
 
 def test_after_a_fall_it_rises_one_slot_per_two_ticks() -> None:
-    controller = Controller(low=1, high=40, cooldown=0)
+    controller = Controller(target=0.8, low=1, high=40, cooldown=0)
     controller.limit = 10
     controller.step(Reading(host=0.95, own=0.5, running=10))  # a fall: careful from now on
     limits = [controller.step(Reading(host=0.2, own=0.1, running=controller.limit))]
@@ -65,14 +65,14 @@ def test_after_a_fall_it_rises_one_slot_per_two_ticks() -> None:
 
 
 def test_noisy_readings_do_not_make_it_oscillate() -> None:
-    limits = _run(Controller(low=1, high=32), cost=0.07, ticks=400, noise=0.08)
+    limits = _run(Controller(target=0.8, low=1, high=32), cost=0.07, ticks=400, noise=0.08)
     settled = limits[100:]  # noise of +-0.08 is more than one job's 0.07: some dither is due
     assert min(settled) >= 10 and max(settled) <= 12  # 11 x 0.07 = 0.77
     assert _turns(settled) <= 12  # a correction every 25 ticks or more, not a saw-tooth
 
 
 def test_a_busy_host_makes_it_fall_by_a_fifth_then_wait() -> None:
-    controller = Controller(low=2, high=40, cooldown=4)
+    controller = Controller(target=0.8, low=2, high=40, cooldown=4)
     controller.limit = 20
     assert controller.step(Reading(host=0.97, own=0.5, running=20)) == 16
     for _ in range(4):  # the cooldown: no rise while it lasts, though the CPU is low now
@@ -81,12 +81,23 @@ def test_a_busy_host_makes_it_fall_by_a_fifth_then_wait() -> None:
     assert controller.step(Reading(host=0.1, own=0.05, running=16)) == 17
 
 
+def test_a_host_that_stays_busy_makes_it_fall_once_per_cooldown_not_every_tick() -> None:
+    """Jobs already claimed keep the CPU busy for a while after a fall: falling
+    again at every reading would take 64 slots down to a handful."""
+    controller = Controller(low=1, high=64, cooldown=4)
+    controller.limit = 64
+    limits = []
+    for _ in range(12):  # its jobs take 0.9 of the host: each costs 0.9 / limit
+        limits.append(controller.step(Reading(host=0.99, own=0.9, running=controller.limit)))
+    assert limits == [57, 57, 57, 57, 57, 51, 51, 51, 51, 51, 45, 45]
+
+
 def test_it_holds_in_the_band_and_without_demand() -> None:
-    controller = Controller(low=1, high=10)
+    controller = Controller(target=0.8, low=1, high=10)
     controller.limit = 5
     for host in (0.76, 0.8, 0.84, 0.78):
         assert controller.step(Reading(host=host, own=0.1, running=5)) == 5
-    idle = Controller(low=1, high=10)
+    idle = Controller(target=0.8, low=1, high=10)
     idle.limit = 5
     for _ in range(10):  # slots unused: no reason to grant more
         assert idle.step(Reading(host=0.05, own=0.01, running=3)) == 5
@@ -99,7 +110,7 @@ def test_readings_recorded_on_a_saturated_host_keep_it_at_its_minimum() -> None:
     trace = json.loads(
         (Path(__file__).parent / "data" / "auto_trace_saturated_host.json").read_text()
     )
-    controller = Controller(low=1, high=12)
+    controller = Controller(low=1, high=12)  # the default target
     limits = [controller.step(Reading(host, own, running)) for _, host, own, running in trace]
     assert len(limits) > 10 and set(limits) == {1}
 
