@@ -1,6 +1,6 @@
 """Execution figures (issue 17), beside the peers where the peers' venv is there:
 
-    python -m bench.execution [--reps 3] [--n 2000] [--timeouts 30] [--mix-seconds 15]
+    python -m bench.execution [--reps 3] [--n 2000] [--timeouts 30] [--mix-seconds 30]
                               [--fixed 1,2,4,8,16,32,64] [--parts cpu,timeout,auto] [--out DIR]
 
 - cpu: jobs of about 5 ms of pure Python, 2 worker processes (Conveyor's process
@@ -263,15 +263,17 @@ def _mix(
         t0 = time.monotonic()
         started_wall = time.time()
         probe = psutil.Process(worker.pid)
+        known: dict[int, psutil.Process] = {}  # a new Process object's first read is 0
         while marks.done() < 1 and time.monotonic() - t0 < 60:
             time.sleep(0.01)
         first, first_done = time.monotonic(), marks.done()
         while time.monotonic() - first < seconds:
             time.sleep(0.5)
             try:
-                own = probe.cpu_percent() + sum(
-                    c.cpu_percent() for c in probe.children(recursive=True)
-                )
+                own = probe.cpu_percent()
+                for child in probe.children(recursive=True):
+                    with contextlib.suppress(psutil.Error):
+                        own += known.setdefault(child.pid, child).cpu_percent()
             except psutil.Error:
                 own = 0.0
             trace.append((time.monotonic() - t0, psutil.cpu_percent(), own))
@@ -368,7 +370,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=3, help="reps of cpu and auto (median)")
     parser.add_argument("--n", type=int, default=2000, help="cpu jobs")
     parser.add_argument("--timeouts", type=int, default=30, help="hanging jobs")
-    parser.add_argument("--mix-seconds", type=float, default=15.0, help="each mix run's window")
+    parser.add_argument("--mix-seconds", type=float, default=30.0, help="each mix run's window")
     parser.add_argument("--fixed", default="1,2,4,8,16,32,64", help="the mix's fixed concurrencies")
     parser.add_argument("--parts", default="cpu,timeout,auto", help="which parts to run")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
