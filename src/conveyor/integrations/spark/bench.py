@@ -4,9 +4,13 @@
 
 Measures, on one Redis (a private one when no --url is given):
 
-* `enqueue_many`: `Queue.enqueue_many` from one process (the baseline);
-* `spark_write`: `df.write.format("conveyor")` of the same number of rows, after a warm-up
-  write (JVM start-up and Python worker start are not counted);
+* `enqueue_many`: `Queue.enqueue_many` from one process with generated ids (its fastest
+  path, `enqueue_new`: the baseline), and `enqueue_many_given_ids` with ids chosen by the
+  caller (the `enqueue` path: for comparison only);
+* `spark_write`: `df.write.format("conveyor")` of the same number of rows (the pipeline's
+  orders: an `id` column, payload and option columns; `ifExists=skip`, so `enqueue_skip`),
+  the best of 1, 2 and 4 partitions, after a warm-up write (JVM start-up and Python worker
+  start are not counted, Spark's planning and commit of each query are);
 * `spark_read`: `spark.read.format("conveyor")` of `--read` jobs into Spark's `noop` sink
   (every row materialised, nothing collected);
 * `spark_events`: `spark.read.format("conveyor_events")` of every event of those jobs;
@@ -75,22 +79,25 @@ def measure(
     results: dict[str, Any] = {}
     stamp = time.strftime("%H%M%S")
 
-    with Queue(f"bench-base-{stamp}", url=url, settings=settings) as queue:
-        requests = [
-            JobRequest("bench", {"customer": n % 50_000, "amount": n * 0.5}, {"id": f"b{n}"})
-            for n in range(rows)
-        ]
-        started = time.perf_counter()
-        queue.enqueue_many(requests, chunk_size=500)
-        results["enqueue_many"] = _rate(rows, time.perf_counter() - started)
+    for name, given in (("enqueue_many", False), ("enqueue_many_given_ids", True)):
+        with Queue(f"bench-{name}-{stamp}".replace("_", "-"), url=url, settings=settings) as q:
+            requests = [
+                JobRequest("bench", {"customer": n % 50_000, "amount": n * 0.5},
+                           {"id": f"b{n}"} if given else {})
+                for n in range(rows)
+            ]  # fmt: skip
+            started = time.perf_counter()
+            q.enqueue_many(requests, chunk_size=500)
+            results[name] = _rate(rows, time.perf_counter() - started)
 
     _spark_write(spark, url, f"bench-warm-{stamp}", min(rows, 20_000), 2)
-    for partitions in (2, 4):
+    writes = []
+    for partitions in (1, 2, 4):
         started = time.perf_counter()
         _spark_write(spark, url, f"bench-w{partitions}-{stamp}", rows, partitions)
-        results[f"spark_write_{partitions}p"] = _rate(rows, time.perf_counter() - started)
-    best = max(results["spark_write_2p"], results["spark_write_4p"], key=lambda r: r["rows_per_s"])
-    results["spark_write"] = best
+        writes.append(_rate(rows, time.perf_counter() - started))
+        results[f"spark_write_{partitions}p"] = writes[-1]
+    results["spark_write"] = max(writes, key=lambda r: r["rows_per_s"])
 
     read_queue = f"bench-read-{stamp}"
     _spark_write(spark, url, read_queue, read_rows, 2)
@@ -150,9 +157,7 @@ def _worker_main(url: str, queue: str) -> None:
     Worker(_bench_tasks(queue), url=url, settings=WorkerSettings(concurrency=100)).run_sync()
 
 
-def _apply_against_manual(
-    spark: SparkSession, url: str, rows: int, stamp: str
-) -> dict[str, Any]:
+def _apply_against_manual(spark: SparkSession, url: str, rows: int, stamp: str) -> dict[str, Any]:
     """`apply` and the same by hand, each on a queue of its own drained by two workers."""
     import multiprocessing
 
