@@ -158,8 +158,9 @@ def test_atomic_write_is_all_or_nothing(
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
 
 
+@pytest.mark.parametrize("skip", [False, True], ids=["enqueue", "enqueue_skip"])
 def test_scripts_flushed_mid_write_are_loaded_again(
-    redis_url: str, queue_name: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, queue_name: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch, skip: bool
 ) -> None:
     """A NOSCRIPT (scripts flushed or the server restarted mid-write) loads the script again
     and re-sends every call not yet acknowledged; nothing is lost or doubled."""
@@ -170,9 +171,15 @@ def test_scripts_flushed_mid_write_are_loaded_again(
 
     with Queue(queue_name, url=redis_url) as q:
         encoder = RowEncoder(
-            q.core, default_task="t", id_prefix="w-0", request="spark-w", validate_data=True
+            q.core,
+            default_task="t",
+            id_prefix="w-0",
+            request="spark-w",
+            validate_data=True,
+            skip=skip,
         )
         chunk = encoder.encode(pa.RecordBatch.from_pydict({"n": list(range(1000))}), 0)
+        assert chunk.script == ("enqueue_skip" if skip else "enqueue")
         sender = EnqueueSender(q.client, q.core, depth=2, skip_existing=False)
         resent: list[int] = []
         send_again = sender._send_again

@@ -8,7 +8,8 @@ events cap, arity) is packed once per script, each chunk's jobs are already RESP
 Calls go out `depth` at a time over one connection, and the next group is sent before the
 replies of the previous one are read: Redis runs one group while this process encodes the
 next. Replies are read in order; an error reply fails the task (Spark retries it, and the
-retry's enqueues of jobs that did get in are re-sends: outcome `exists`, nothing changed).
+retry's enqueues of jobs that did get in change nothing: `skipped` by enqueue_skip, `exists`
+as re-sends to enqueue).
 A script missing on the server (`NOSCRIPT`: flushed or restarted mid-write) is loaded again
 and every call not yet acknowledged is sent again, for the same reason safely.
 """
