@@ -7,10 +7,12 @@ Measures, on one Redis (a private one when no --url is given):
 * `enqueue_many`: `Queue.enqueue_many` from one process with generated ids (its fastest
   path, `enqueue_new`: the baseline), and `enqueue_many_given_ids` with ids chosen by the
   caller (the `enqueue` path: for comparison only);
-* `spark_write`: `df.write.format("conveyor")` of the same number of rows (the pipeline's
-  orders: an `id` column, payload and option columns; `ifExists=skip`, so `enqueue_skip`),
-  the best of 1, 2 and 4 partitions, after a warm-up write (JVM start-up and Python worker
-  start are not counted, Spark's planning and commit of each query are);
+* `spark_write`: `df.write.format("conveyor")` of the same jobs (the same data, default
+  options; ids `<writeId>-<partition>-<row>`, `ifExists=skip`, so `enqueue_skip`), the best
+  of 1, 2 and 4 partitions, after a warm-up write (JVM start-up and Python worker start are
+  not counted, Spark's planning and commit of each query are); `spark_write_orders`: the
+  pipeline's orders (an `id` column, payload and option columns), best of 1 and 2, for
+  information: larger records, about 1.5 µs more of Redis time per job;
 * `spark_read`: `spark.read.format("conveyor")` of `--read` jobs into Spark's `noop` sink
   (every row materialised, nothing collected);
 * `spark_events`: `spark.read.format("conveyor_events")` of every event of those jobs;
@@ -49,12 +51,21 @@ def _rate(rows: int, seconds: float) -> dict[str, Any]:
     return {"rows": rows, "seconds": round(seconds, 2), "rows_per_s": round(rows / seconds)}
 
 
-def _spark_write(spark: SparkSession, url: str, queue: str, rows: int, partitions: int) -> None:
+def _spark_write(
+    spark: SparkSession, url: str, queue: str, rows: int, partitions: int, *, plain: bool = False
+) -> None:
+    """The pipeline's orders (an id column, payload and option columns), or with `plain` the
+    jobs `enqueue_many` enqueues below (the same data, default options, generated ids)."""
     from .pipeline import orders
 
+    if plain:
+        df = spark.range(rows, numPartitions=partitions).selectExpr(
+            "id % 50000 AS customer", "id * 0.5 AS amount"
+        )
+    else:
+        df = orders(spark, rows, tag=queue, partitions=partitions)
     (
-        orders(spark, rows, tag=queue, partitions=partitions)
-        .write.format("conveyor")
+        df.write.format("conveyor")
         .option("url", url)
         .option("queue", queue)
         .option("task", "bench")
@@ -91,13 +102,16 @@ def measure(
             results[name] = _rate(rows, time.perf_counter() - started)
 
     _spark_write(spark, url, f"bench-warm-{stamp}", min(rows, 20_000), 2)
-    writes = []
-    for partitions in (1, 2, 4):
-        started = time.perf_counter()
-        _spark_write(spark, url, f"bench-w{partitions}-{stamp}", rows, partitions)
-        writes.append(_rate(rows, time.perf_counter() - started))
-        results[f"spark_write_{partitions}p"] = writes[-1]
-    results["spark_write"] = max(writes, key=lambda r: r["rows_per_s"])
+    for name, plain, counts in (("spark_write", True, (1, 2, 4)),
+                                ("spark_write_orders", False, (1, 2))):  # fmt: skip
+        writes = []
+        for partitions in counts:
+            started = time.perf_counter()
+            queue_name = f"bench-{name}-{partitions}-{stamp}".replace("_", "-")
+            _spark_write(spark, url, queue_name, rows, partitions, plain=plain)
+            writes.append(_rate(rows, time.perf_counter() - started))
+            results[f"{name}_{partitions}p"] = writes[-1]
+        results[name] = max(writes, key=lambda r: r["rows_per_s"])
 
     read_queue = f"bench-read-{stamp}"
     _spark_write(spark, url, read_queue, read_rows, 2)
