@@ -20,7 +20,8 @@ Measures, on one Redis (a private one when no --url is given):
   the same done by hand (`manual`: a write, a wait on the events stream until every job has
   finished, a read of the jobs joined to the rows).
 
-Prints one JSON object: rows, seconds and rows/s per measure, and the targets met (issue 22):
+Prints one JSON object: rows, seconds and rows/s per measure (and for the enqueues, on the
+private server, its CPU time per row), and the targets met (issue 22):
 the writer at least 0.8x `enqueue_many`, reading at least 150,000 rows/s, `apply` within 1.3x
 of the manual way. The 1,000,000-row pipeline's own target (under 60 s on `local[2]`) is
 `make demo DEMO_ARGS=--big`'s figure, or `python -m conveyor.integrations.spark.pipeline
@@ -51,6 +52,30 @@ def _rate(rows: int, seconds: float) -> dict[str, Any]:
     return {"rows": rows, "seconds": round(seconds, 2), "rows_per_s": round(rows / seconds)}
 
 
+def _cpu_seconds(pid: int) -> float:
+    import psutil
+
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
+class _Stopwatch:
+    """Wall time and, on the bench's own redis-server (`pid`), that server's CPU time: the
+    cost per row in Redis, which other load on the machine barely moves (wall time does)."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self.cpu = _cpu_seconds(pid) if pid is not None else 0.0
+        self.started = time.perf_counter()
+
+    def rate(self, rows: int) -> dict[str, Any]:
+        out = _rate(rows, time.perf_counter() - self.started)
+        if self.pid is not None:
+            cpu = _cpu_seconds(self.pid) - self.cpu
+            out["redis_cpu_us_per_row"] = round(cpu / rows * 1e6, 2)
+        return out
+
+
 def _spark_write(
     spark: SparkSession, url: str, queue: str, rows: int, partitions: int, *, plain: bool = False
 ) -> None:
@@ -76,7 +101,12 @@ def _spark_write(
 
 
 def measure(
-    spark: SparkSession, url: str, rows: int, read_rows: int, apply_rows: int = 0
+    spark: SparkSession,
+    url: str,
+    rows: int,
+    read_rows: int,
+    apply_rows: int = 0,
+    redis_pid: int | None = None,
 ) -> dict[str, Any]:
     import redis
 
@@ -97,19 +127,19 @@ def measure(
                            {"id": f"b{n}"} if given else {})
                 for n in range(rows)
             ]  # fmt: skip
-            started = time.perf_counter()
+            watch = _Stopwatch(redis_pid)
             q.enqueue_many(requests, chunk_size=500)
-            results[name] = _rate(rows, time.perf_counter() - started)
+            results[name] = watch.rate(rows)
 
     _spark_write(spark, url, f"bench-warm-{stamp}", min(rows, 20_000), 2)
     for name, plain, counts in (("spark_write", True, (1, 2, 4)),
                                 ("spark_write_orders", False, (1, 2))):  # fmt: skip
         writes = []
         for partitions in counts:
-            started = time.perf_counter()
             queue_name = f"bench-{name}-{partitions}-{stamp}".replace("_", "-")
+            watch = _Stopwatch(redis_pid)
             _spark_write(spark, url, queue_name, rows, partitions, plain=plain)
-            writes.append(_rate(rows, time.perf_counter() - started))
+            writes.append(watch.rate(rows))
             results[f"{name}_{partitions}p"] = writes[-1]
         results[name] = max(writes, key=lambda r: r["rows_per_s"])
 
@@ -225,18 +255,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .session import build_session
 
     with ExitStack() as stack:
-        url = args.url
+        url, pid = args.url, None
         if url is None:
             from conveyor.integrations.redis_server import RedisProcess
 
             data = stack.enter_context(tempfile.TemporaryDirectory(prefix="conveyor-bench-"))
-            url = stack.enter_context(RedisProcess(data_dir=data, appendonly=False)).url
+            server = stack.enter_context(RedisProcess(data_dir=data, appendonly=False))
+            url, pid = server.url, server.pid
         spark = build_session(
             args.master, app_name="conveyor-bench", conf={"spark.ui.enabled": "false"}
         )
         stack.callback(spark.stop)
         spark.sparkContext.setLogLevel("ERROR")
-        print(json.dumps(measure(spark, url, args.rows, args.read, args.apply), indent=2))
+        results = measure(spark, url, args.rows, args.read, args.apply, redis_pid=pid)
+        print(json.dumps(results, indent=2))
     return 0
 
 
