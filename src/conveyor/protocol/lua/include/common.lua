@@ -10,6 +10,19 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- An integer as text for redis.call. Given a Lua number, Redis formats it with
+-- snprintf("%.17g"), which costs more than a small command itself; the hot
+-- paths pass text instead, made once per value and script call.
+local int_texts = {}
+local function int_text(n)
+  local s = int_texts[n]
+  if not s then
+    s = string.format('%d', n)
+    int_texts[n] = s
+  end
+  return s
+end
+
 -- Ready order: priority first (0 = highest), then a sequence number, so jobs
 -- of one priority run FIFO (or LIFO). 2^21 * 2^31 + 2^31 < 2^53: exact in a double.
 local SEQ_SPAN = 2147483648

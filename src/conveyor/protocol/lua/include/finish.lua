@@ -51,15 +51,20 @@ end
 local EXPIRY_GRACE = 60000
 
 -- Keep a finished record in `index` (completed or failed, scored by expiry)
--- for ttl ms, or delete it at once when ttl is 0.
-local function retain(job_key, id, index, ttl, now)
+-- for ttl ms, or delete it at once when ttl is 0. `logged`: the record's
+-- `logged` field when the caller read it (false: the job wrote no log, so
+-- there is none to expire with it); nil when not read.
+local function retain(job_key, id, index, ttl, now, logged)
   ttl = num(ttl, 86400000)
   if ttl <= 0 then
     delete_job(job_key, id)
   else
-    redis.call('ZADD', index, now + ttl, id)
-    redis.call('PEXPIRE', job_key, ttl + EXPIRY_GRACE)
-    redis.call('PEXPIRE', base .. 'log:' .. id, ttl + EXPIRY_GRACE)
+    local keep = int_text(ttl + EXPIRY_GRACE)
+    redis.call('ZADD', index, int_text(now + ttl), id)
+    redis.call('PEXPIRE', job_key, keep)
+    if logged ~= false then
+      redis.call('PEXPIRE', base .. 'log:' .. id, keep)
+    end
   end
 end
 
