@@ -182,7 +182,7 @@ def _pending_ids(with_ids: DataFrame, plan: _Plan) -> set[str]:
                 ids = batch.column(0).to_pylist()
                 states = _read(client, target, ids, ("state",))
                 left = [i for i, (s,) in zip(ids, states, strict=True) if s not in _OVER]
-                yield pa.RecordBatch.from_pydict({"id": left})
+                yield pa.RecordBatch.from_arrays([pa.array(left, pa.string())], names=["id"])
         finally:
             client.close()
 
