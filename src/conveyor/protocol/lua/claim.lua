@@ -78,6 +78,7 @@ local worker, count, lease, token = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]
 local promote_limit, maxlen, alone = tonumber(ARGV[5]), ARGV[6], ARGV[7] ~= '0'
 local now = now_ms()
 local now_text, lease_end = int_text(now), int_text(now + lease)
+local lease, write_leases = batch('ZADD', active)  -- one ZADD active for the call's jobs
 local INF = -1  -- "until an event", stored as +inf in gwait
 
 local FIELDS = {'state', 'task', 'data', 'attempts', 'failures', 'stalls', 'max_failures',
@@ -243,7 +244,7 @@ local function take(id, score, from)
   local attempt = int_text(attempts)
   redis.call('HSET', job_key, 'attempts', attempt, 'state', 'active', 'token', token,
              'worker', worker, 'started_at', now_text)
-  redis.call('ZADD', active, lease_end, id)
+  lease(lease_end, id)
   emit(events, maxlen, 'event', 'active', 'id', id, 'attempt', attempt, 'worker', worker)
   if f[16] and f[16] ~= '' then
     redis.call('HINCRBY', gactive, f[16], 1)
@@ -357,6 +358,7 @@ if limits[1] ~= '1' then
     else
       claim_round_robin(n)
     end
+    write_leases()
     if leased > 0 and tonumber(limits[3]) then
       rate_log(base .. 'rate', leased, num(limits[4], 1000), now)
     end

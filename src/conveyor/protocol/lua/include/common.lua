@@ -23,6 +23,25 @@ local function int_text(n)
   return s
 end
 
+-- One command for many members, where a script would call it once per job:
+-- `batch(cmd, key)` returns `add(...)`, which queues arguments, and `flush()`,
+-- which sends them, 400 at a time (a call into Redis per job costs about as
+-- much as a small command's own work).
+local function batch(cmd, key)
+  local args = {}
+  local function add(a, b)
+    args[#args + 1] = a
+    if b then args[#args + 1] = b end
+  end
+  local function flush()
+    for i = 1, #args, 400 do
+      redis.call(cmd, key, unpack(args, i, math.min(i + 399, #args)))
+    end
+    args = {}
+  end
+  return add, flush
+end
+
 -- Ready order: priority first (0 = highest), then a sequence number, so jobs
 -- of one priority run FIFO (or LIFO). 2^21 * 2^31 + 2^31 < 2^53: exact in a double.
 local SEQ_SPAN = 2147483648
