@@ -75,6 +75,19 @@ def test_rows_come_back_with_their_outcome_and_a_rerun_runs_nothing_again(
     assert again[4]["result"] == "16" and again[13]["state"] == "failed"
     assert sum(runs.values()) == 301
 
+    # twice the rows, in one partition read 100 rows to an Arrow batch: the first batches
+    # hold only finished rows (no pending id), the later ones new rows; only those run
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    spark.conf.set(key, "100")
+    try:
+        doubled = _rows(spark, 600).coalesce(1)
+        more = {r["n"]: r for r in apply(doubled, queue=queue_name, task="square",
+                                         url=redis_url, timeout=120).collect()}  # fmt: skip
+    finally:
+        spark.conf.unset(key)
+    assert set(more) == set(range(600)) and more[599]["result"] == str(599 * 599)
+    assert sum(runs.values()) == 301 + 300
+
 
 def test_equal_rows_share_one_job_run_once(
     spark: Any, redis_url: str, queue_name: str, worker_runner: Any
