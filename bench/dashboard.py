@@ -19,7 +19,6 @@ import asyncio
 import statistics
 import tempfile
 import time
-from typing import Any
 
 import httpx
 

@@ -36,11 +36,11 @@ from conveyor.client.core import QueueCore, QueueSettings
 from conveyor.hooks import Hook, Hooks
 from conveyor.hooks import call as call_hooks
 from conveyor.integrations.redis_server import RedisProcess
+from conveyor.metrics import BOUNDS, RUN, WAIT
+from conveyor.protocol.keys import QueueKeys
 from conveyor.worker.context import JobContext
 from conveyor.worker.job_lines import JobLines
 from conveyor.worker.metrics import MetricsRecorder
-from conveyor.metrics import BOUNDS, RUN, WAIT
-from conveyor.protocol.keys import QueueKeys
 
 HOURS = 7 * 24 + 1
 

@@ -1,9 +1,11 @@
 """Redis time per call of the hot-path scripts, this tree against a git ref.
 
-    .venv/bin/python -m bench.script_time [--ref main] [--calls 2000] [--reps 5]
+    .venv/bin/python -m bench.script_time [--ref main] [--calls 2000] [--reps 5] [--batch 100]
 
 For jobs that use no option: `enqueue_new` (one job a call), `claim` (count
-1, at a queue depth of `calls`) and `complete` (one job a call). Each phase
+`batch`, at a queue depth of `calls`) and `complete` (`batch` jobs a call;
+100 is a worker's batch at its default concurrency for async handlers). Figures
+are per job: a call's time divided by its jobs. Each phase
 runs on a fresh queue of a private server after CONFIG RESETSTAT; the figure
 is INFO commandstats' `usec_per_call` of EVALSHA (the script's whole time in
 Redis, the commands it runs included). The Lua of `--ref` is read with `git
@@ -50,20 +52,22 @@ def this_tree() -> dict[str, str]:
     return {name: load_script(name).source for name in PHASES if name in SCRIPT_NAMES}
 
 
-def phase_times(client: redis.Redis, sources: dict[str, str], calls: int) -> dict[str, float]:
-    """usec per call of each phase on a fresh queue."""
+def phase_times(
+    client: redis.Redis, sources: dict[str, str], calls: int, batch: int = 1
+) -> dict[str, float]:
+    """usec per job of each phase on a fresh queue (claims and completions `batch` at a time)."""
     shas = {name: client.script_load(text) for name, text in sources.items()}
     keys = QueueKeys("bench", "st-" + uuid.uuid4().hex[:8])
 
     def run(call: ops.Call) -> object:
         return client.evalsha(shas[call.script], len(call.keys), *call.keys, *call.args)
 
-    def measured(make: Callable[[int], ops.Call]) -> float:
+    def measured(make: Callable[[int], ops.Call], jobs_per_call: int = 1) -> float:
         client.config_resetstat()
-        for i in range(calls):
+        for i in range(calls // jobs_per_call):
             run(make(i))
         stats = client.info("commandstats")["cmdstat_evalsha"]
-        return float(stats["usec_per_call"])
+        return float(stats["usec_per_call"]) / jobs_per_call
 
     ids = [uuid.uuid4().hex[:16] for _ in range(calls)]
     out = {
@@ -75,15 +79,22 @@ def phase_times(client: redis.Redis, sources: dict[str, str], calls: int) -> dic
         lambda i: ops.claim(
             keys,
             worker_id="w",
-            count=1,
+            count=batch,
             lease_ms=60_000,
             token=f"k{i}",
             promote=100,
             events_maxlen=10_000,
-        )  # fmt: skip
-    )
+        ),
+        batch,
+    )  # fmt: skip
+    # claims take jobs in enqueue order: job j was leased by claim j // batch
     out["complete"] = measured(
-        lambda i: ops.complete(keys, [(ids[i], f"k{i}", "1")], events_maxlen=10_000)
+        lambda i: ops.complete(
+            keys,
+            [(ids[j], f"k{j // batch}", "1") for j in range(i * batch, (i + 1) * batch)],
+            events_maxlen=10_000,
+        ),
+        batch,
     )
     return out
 
@@ -93,6 +104,7 @@ def main() -> None:
     parser.add_argument("--ref", default="main", help="git ref to compare with")
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=1, help="jobs per claim and complete call")
     args = parser.parse_args()
     variants = {args.ref: sources_at(args.ref), "this tree": this_tree()}
     seen: dict[str, dict[str, list[float]]] = {v: {p: [] for p in PHASES} for v in variants}
@@ -101,11 +113,14 @@ def main() -> None:
         version = client.info("server")["redis_version"]
         for _ in range(args.reps):
             for name, sources in variants.items():
-                for phase, usec in phase_times(client, sources, args.calls).items():
+                for phase, usec in phase_times(client, sources, args.calls, args.batch).items():
                     seen[name][phase].append(usec)
             client.flushall()
         client.close()
-    print(f"Redis {version}: usec of Redis time per script call, median of {args.reps} reps")
+    print(
+        f"Redis {version}: usec of Redis time per job (claims and completions {args.batch} "
+        f"a call), median of {args.reps} reps"
+    )
     print(f"  {'script':12s}" + "".join(f"{v:>14s}" for v in variants))
     for phase in PHASES:
         row = "".join(f"{statistics.median(seen[v][phase]):14.2f}" for v in variants)

@@ -60,17 +60,19 @@ def ensure_peer_venv(*, install: bool = True) -> str | None:
     return ensure_venv(MAIN_VENV, install=install)
 
 
-def versions(groups: dict[str, bool]) -> dict[str, str]:
-    """Installed versions: Conveyor's side from here, each ready peer venv's from itself."""
+def versions(groups: dict[str, bool], server_binary: str = "redis-server") -> dict[str, str]:
+    """Installed versions: Conveyor's side from here, each ready peer venv's from itself,
+    and the queue server's (its first word: Redis or Valkey)."""
     found = {}
     for dist in ("conveyor", "redis", "hiredis"):
         with contextlib.suppress(metadata.PackageNotFoundError):
             found[f"{dist} (.venv)"] = metadata.version(dist)
     try:
         server = subprocess.run(
-            ["redis-server", "--version"], capture_output=True, text=True, check=True
+            [server_binary, "--version"], capture_output=True, text=True, check=True
         ).stdout.split()
-        found["redis-server"] = next(w[2:] for w in server if w.startswith("v="))
+        version = next(w[2:] for w in server if w.startswith("v="))
+        found["redis-server"] = version if server[0] == "Redis" else f"{server[0]} {version}"
     except (OSError, subprocess.CalledProcessError, StopIteration):
         pass
     code = (

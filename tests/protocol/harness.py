@@ -74,6 +74,10 @@ class Proto:
         new = [(job_id, "t", serializers.dumps(data)) for job_id, data in jobs]
         return int(self.run(ops.enqueue_new(self.keys, new, events_maxlen=MAXLEN)))
 
+    def enqueue_skip(self, specs: Sequence[ops.JobSpec]) -> int:
+        """Create each job unless its id exists; the number created."""
+        return int(self.run(ops.enqueue_skip(self.keys, specs, events_maxlen=MAXLEN)))
+
     def enqueue(
         self, job_id: str, task: str = "t", data: Any = None, **options: Any
     ) -> ops.Enqueued:

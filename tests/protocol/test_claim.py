@@ -57,6 +57,23 @@ def test_marker_is_set_only_while_jobs_remain_ready(q: Proto) -> None:
     assert not q.marker_set()
 
 
+def test_a_claim_that_used_its_turn_on_stale_ids_still_wakes_the_next_worker(q: Proto) -> None:
+    """A worker may block right after a claim that returned fewer jobs than asked (§8 step 2):
+    so ids taken off `ready` and dropped (stale, corrupt) count like leased ones, or the job
+    behind them would wait for the next enqueue."""
+    q.enqueue("gone")
+    q.enqueue("stale")
+    q.enqueue("next")
+    q.r.delete(q.keys.job("gone"))
+    q.r.hset(q.keys.job("stale"), "state", "completed")
+    q.clear_marker()
+    assert q.claimed_ids(2) == []
+    assert q.marker_set()
+    q.clear_marker()  # the next worker's BZPOPMIN
+    assert q.claimed_ids(2) == ["next"]
+    assert not q.marker_set()
+
+
 def test_claim_on_an_empty_queue_returns_the_time_only(q: Proto) -> None:
     before = q.now()
     raw = q.run(q.claim_call(10))

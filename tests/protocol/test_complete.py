@@ -141,3 +141,16 @@ def test_waiters_of_the_ended_run_are_told_before_the_twin_takes_over(q: Proto) 
     q.complete_one("s", "t", '"r1"')
     assert q.r.lrange(q.keys.done("s"), 0, -1) == [b'completed\n"r1"']
     assert "waiters" not in q.job("s")
+
+
+def test_a_jobs_log_expires_with_its_record_and_only_a_logged_run_pays_for_it(q: Proto) -> None:
+    from conveyor.protocol import observe
+
+    q.start("a", token="t", result_ttl=60)
+    assert q.run(observe.job_log(q.keys, job_id="a", token="t", lines=["a line"])) == 1
+    assert q.job("a")["logged"] == "1"
+    q.start("b", token="u", result_ttl=60)
+    assert q.complete(("a", "t", "1"), ("b", "u", "2")) == [True, True]
+    # the log now lives as long as its record: ttl + 60 s grace
+    assert 119_000 < q.ttl_ms(q.keys.job_log("a")) <= 120_000
+    assert "logged" not in q.job("b") and q.r.exists(q.keys.job_log("b")) == 0

@@ -74,6 +74,7 @@ def sample_call(name: str) -> ops.Call:
     return {
         "enqueue": ops.enqueue(keys, [spec], events_maxlen=10),
         "enqueue_new": ops.enqueue_new(keys, [("a", "t", "null")], events_maxlen=10),
+        "enqueue_skip": ops.enqueue_skip(keys, [spec], events_maxlen=10),
         "claim": ops.claim(
             keys, worker_id="w", count=1, lease_ms=1, token="t", promote=1, events_maxlen=10
         ),

@@ -75,6 +75,39 @@ def test_rows_come_back_with_their_outcome_and_a_rerun_runs_nothing_again(
     assert again[4]["result"] == "16" and again[13]["state"] == "failed"
     assert sum(runs.values()) == 301
 
+    # twice the rows, in one partition read 100 rows to an Arrow batch: the first batches
+    # hold only finished rows (no pending id), the later ones new rows; only those run
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    spark.conf.set(key, "100")
+    try:
+        doubled = _rows(spark, 600).coalesce(1)
+        more = {r["n"]: r for r in apply(doubled, queue=queue_name, task="square",
+                                         url=redis_url, timeout=120).collect()}  # fmt: skip
+    finally:
+        spark.conf.unset(key)
+    assert set(more) == set(range(600)) and more[599]["result"] == str(599 * 599)
+    assert sum(runs.values()) == 301 + 300
+
+
+def test_equal_rows_share_one_job_run_once(
+    spark: Any, redis_url: str, queue_name: str, worker_runner: Any
+) -> None:
+    """Copies of a row (one id: the hash of the task and data) in both partitions and in one
+    write call make one job, run once; every copy comes back with its outcome."""
+    from conveyor.spark import apply
+
+    runs: dict[int, int] = {}
+    lock = threading.Lock()
+    worker_runner.start(_squares(queue_name, runs, lock), concurrency=8)
+    df = spark.range(600, numPartitions=2).selectExpr("id % 50 AS n")  # 12 copies each
+    out = apply(df, queue=queue_name, task="square", url=redis_url, timeout=120).collect()
+    assert len(out) == 600 and len({r["job_id"] for r in out}) == 50
+    assert {r["n"]: r["result"] for r in out if r["n"] == 6} == {6: "36"}
+    assert set(runs) == set(range(50)) and runs[6] == 1
+    with Queue(queue_name, url=redis_url) as q:
+        created = [e for e in q.events(after="0-0", count=10_000) if e.name == "created"]
+        assert len(created) == 50
+
 
 def test_a_data_column_and_an_id_column_are_used_as_given(
     spark: Any, redis_url: str, queue_name: str, worker_runner: Any

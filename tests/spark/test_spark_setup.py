@@ -29,6 +29,7 @@ from conveyor.integrations.spark.encode import Chunk, RowEncoder  # noqa: E402
 from conveyor.integrations.spark.options import Options, parse_instant_ms  # noqa: E402
 from conveyor.integrations.spark.payload import json_objects  # noqa: E402
 from conveyor.integrations.spark.send import EnqueueSender  # noqa: E402
+from conveyor.protocol import ops  # noqa: E402
 from conveyor.protocol.ops import ENQUEUE_ARITY  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -147,6 +148,36 @@ def test_encoding_sends_the_bytes_of_queue_enqueue() -> None:
     assert chunk.groups == ("g1",)
     assert chunk.without({"b:{x}"}).ids.to_pylist() == ["a", "c"]
     assert [c.count for c in chunk.split(2)] == [2, 1]
+
+
+def test_skip_encoding_sends_the_bytes_of_ops_enqueue_skip() -> None:
+    """With skip, rows that need no more than the record options are packed as
+    `ops.enqueue_skip` packs the same jobs; one row with a delay sends the whole batch to
+    `enqueue` (one call takes one script's arguments)."""
+    core = QueueCore("q", QueueSettings())
+    rows = {
+        "id": ["a", "b", "c"],
+        "n": [1, 2, 3],
+        "priority": pa.array([0, None, 2000], pa.int32()),
+        "max_failures": [None, 9, 7],
+    }
+    encoder = RowEncoder(
+        core, default_task="t", id_prefix="w", request="spark-w", validate_data=True, skip=True
+    )
+    chunk = encoder.encode(pa.RecordBatch.from_pydict(rows), first_row=0)
+    assert chunk.script == "enqueue_skip"
+    specs = []
+    for row in pa.RecordBatch.from_pydict(rows).to_pylist():
+        options = {k: row[k] for k in ("id", "priority", "max_failures") if row[k] is not None}
+        specs.append(core.spec("t", {"n": row["n"]}, options))
+    call = ops.enqueue_skip(core.keys, specs, events_maxlen=core.settings.events_maxlen)
+    expected = hiredis.pack_command(
+        ("EVALSHA", core.scripts[call.script].sha, len(call.keys), *call.keys, *call.args)
+    )
+    sender = EnqueueSender(None, core, depth=1, skip_existing=False)  # type: ignore[arg-type]
+    assert b"".join(bytes(part) for part in sender.command(chunk)) == expected
+    delayed = pa.RecordBatch.from_pydict({**rows, "delay": [None, None, 5.0]})
+    assert encoder.encode(delayed, first_row=0).script == "enqueue"
 
 
 def test_payload_json_matches_serializers() -> None:

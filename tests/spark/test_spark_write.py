@@ -158,8 +158,9 @@ def test_atomic_write_is_all_or_nothing(
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
 
 
+@pytest.mark.parametrize("skip", [False, True], ids=["enqueue", "enqueue_skip"])
 def test_scripts_flushed_mid_write_are_loaded_again(
-    redis_url: str, queue_name: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, queue_name: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch, skip: bool
 ) -> None:
     """A NOSCRIPT (scripts flushed or the server restarted mid-write) loads the script again
     and re-sends every call not yet acknowledged; nothing is lost or doubled."""
@@ -170,9 +171,15 @@ def test_scripts_flushed_mid_write_are_loaded_again(
 
     with Queue(queue_name, url=redis_url) as q:
         encoder = RowEncoder(
-            q.core, default_task="t", id_prefix="w-0", request="spark-w", validate_data=True
+            q.core,
+            default_task="t",
+            id_prefix="w-0",
+            request="spark-w",
+            validate_data=True,
+            skip=skip,
         )
         chunk = encoder.encode(pa.RecordBatch.from_pydict({"n": list(range(1000))}), 0)
+        assert chunk.script == ("enqueue_skip" if skip else "enqueue")
         sender = EnqueueSender(q.client, q.core, depth=2, skip_existing=False)
         resent: list[int] = []
         send_again = sender._send_again
@@ -190,3 +197,64 @@ def test_scripts_flushed_mid_write_are_loaded_again(
         finally:
             sender.close()
         assert q.counts()[JobState.WAITING] == 1000
+
+
+def _calls(redis_client: Any, command: str) -> int:
+    return int(redis_client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def _run_one(redis_client: Any, q: Queue) -> str:
+    """Claim the first job in line and complete it, as a worker would; its id."""
+    from conveyor.client.transport import SyncRunner
+    from conveyor.protocol import ops
+
+    runner = SyncRunner(redis_client, q.core.scripts)
+    claim = ops.claim(q.core.keys, worker_id="w", count=1, lease_ms=60_000, token="t",
+                      promote=1, events_maxlen=100_000)  # fmt: skip
+    (job,) = ops.decode_claim(runner.run(claim)).jobs
+    done = ops.complete(q.core.keys, [(job.id, "t", "1")], events_maxlen=100_000)
+    assert ops.decode_complete(runner.run(done)) == [True]
+    return job.id
+
+
+def test_a_rewrite_skips_existing_ids_in_the_script_without_a_look_up(
+    spark: Any, redis_url: str, queue_name: str, redis_client: Any
+) -> None:
+    """ifExists=skip: rows whose options enqueue_skip takes go to that script, which leaves
+    every existing id alone by itself: no ZMSCORE look-up round trip, no duplicate, and a
+    finished job is neither re-run nor touched by a re-run of the write with another
+    writeId (as a retried Spark task or a re-run of the whole job would send it)."""
+    looked_up = _calls(redis_client, "zmscore")
+    _write(_orders(spark, 1000), redis_url, queue_name, writeId="first")
+    assert _calls(redis_client, "zmscore") == looked_up
+    with Queue(queue_name, url=redis_url) as q:
+        assert q.counts()[JobState.WAITING] == 1000
+        first = q.get("order-4")
+        assert first is not None and first.priority == 1000 and first.data["customer"] == 4
+        assert "req" not in {k.decode() for k in redis_client.hkeys(q.core.keys.job("order-4"))}
+        finished = _run_one(redis_client, q)
+        events = redis_client.xlen(q.core.keys.events)
+        _write(_orders(spark, 1200), redis_url, queue_name, writeId="second")
+        assert redis_client.xlen(q.core.keys.events) == events + 200  # the 200 new rows only
+        counts = q.counts()
+        assert counts[JobState.WAITING] == 1199 and counts[JobState.BLOCKED] == 0
+        assert counts[JobState.COMPLETED] == 1
+        assert q.get(finished).attempts == 1  # type: ignore[union-attr]
+        assert q.get("order-1100") is not None
+    assert _calls(redis_client, "zmscore") == looked_up
+
+
+def test_rows_with_options_enqueue_skip_lacks_go_to_enqueue_and_still_skip(
+    spark: Any, redis_url: str, queue_name: str, redis_client: Any
+) -> None:
+    df = spark.range(300, numPartitions=1).selectExpr(
+        "concat('d-', id) AS id", "id AS n", "IF(id % 2 = 0, NULL, 60.0) AS delay"
+    )
+    _write(df, redis_url, queue_name, writeId="w1")
+    looked_up = _calls(redis_client, "zmscore")
+    _write(df, redis_url, queue_name, writeId="w2")  # a rerun: every id exists
+    assert _calls(redis_client, "zmscore") > looked_up  # enqueue's path looks ids up first
+    with Queue(queue_name, url=redis_url) as q:
+        counts = q.counts()
+        assert (counts[JobState.WAITING], counts[JobState.DELAYED]) == (150, 150)
+        assert redis_client.xlen(q.core.keys.events) == 300

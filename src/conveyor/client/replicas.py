@@ -23,7 +23,7 @@ from conveyor.protocol.ops import Call
 # control. Not claims, heartbeats, progress or reaping: losing one of those
 # in a failover re-runs a job at worst, which at-least-once allows.
 ACKNOWLEDGED = frozenset(
-    {"enqueue", "enqueue_new", "flow_add", "schedule", "complete", "fail",
+    {"enqueue", "enqueue_new", "enqueue_skip", "flow_add", "schedule", "complete", "fail",
      "retry", "cancel", "remove", "reprioritize", "promote"}
 )  # fmt: skip
 

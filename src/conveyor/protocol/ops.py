@@ -22,6 +22,7 @@ ENQUEUE_ARITY = 6
 NEW_ARITY = 3  # enqueue_new's ARGV entries per job: id, task, data
 # One job of an enqueue_new call: (id, task, data).
 NewJob = tuple[str, str, str]
+SKIP_ARITY = 4  # enqueue_skip's ARGV entries per job: id, task, data, opts
 # Fields per job in the claim script's reply (see claim.lua).
 CLAIM_ARITY = 17
 
@@ -103,6 +104,30 @@ class JobSpec:
     def argv(self) -> tuple[Arg, ...]:
         index = "\n".join(f"{field}:{value}" for field, value in self.index) if self.index else ""
         return self.id, self.task, self.data, self.request, index, self.options()
+
+    def record_options(self) -> str | None:
+        """enqueue_skip's `opts` (the record options that differ from their
+        defaults), or None when the job needs enqueue: a delay, run_at, LIFO,
+        group, headers, index entries or a version 4 option."""
+        if (
+            self.index or self.extra or self.headers or self.lifo or self.group
+            or self.delay_ms is not None or self.run_at_ms is not None
+        ):  # fmt: skip
+            return None
+        d = RECORD_DEFAULTS
+        return "\n".join(
+            f"{name}={value}"
+            for name, value in (
+                ("priority", self.priority),
+                ("max_failures", self.max_failures),
+                ("max_stalls", self.max_stalls),
+                ("min_backoff", self.min_backoff_ms),
+                ("max_backoff", self.max_backoff_ms),
+                ("timeout", self.timeout_ms),
+                ("result_ttl", self.result_ttl_ms),
+            )
+            if value != d[name]
+        )
 
     def options(self) -> str:
         """What differs from the defaults, as enqueue.lua's `opts` lines."""
@@ -277,6 +302,24 @@ def resend_of_new(keys: QueueKeys, call: Call) -> Call:
         job_id, task, data = call.args[i : i + NEW_ARITY]
         args.extend((job_id, task, data, "", "", ""))
     return Call("enqueue", _enqueue_keys(keys), tuple(args))
+
+
+def enqueue_skip(keys: QueueKeys, specs: Sequence[JobSpec], *, events_maxlen: int) -> Call:
+    """Create each job unless its id exists (enqueue_skip.lua); every spec
+    must have `record_options()`. The reply is the number created."""
+    args: list[Arg] = [events_maxlen]
+    for spec in specs:
+        opts = spec.record_options()
+        if opts is None:
+            raise ValueError(f"job {spec.id!r} has options enqueue_skip does not take")
+        args.extend((spec.id, spec.task, spec.data, opts))
+    return Call("enqueue_skip", enqueue_skip_keys(keys), tuple(args))
+
+
+@functools.lru_cache(maxsize=256)
+def enqueue_skip_keys(keys: QueueKeys) -> tuple[str, ...]:
+    return (keys.base, keys.meta, keys.ready, keys.marker, keys.events, keys.completed,
+            keys.failed)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=256)

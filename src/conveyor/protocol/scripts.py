@@ -14,6 +14,7 @@ from importlib import resources
 SCRIPT_NAMES = (
     "enqueue",
     "enqueue_new",
+    "enqueue_skip",
     "claim",
     "heartbeat",
     "progress",

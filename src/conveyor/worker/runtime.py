@@ -404,6 +404,7 @@ class Worker:
 
     async def _claim_loop(self) -> None:
         delay = 0.05
+        woken: tuple[ops.ClaimReply, int] | None = None  # the claim that rode behind a wait
         while not self._stopping:
             if self._suspect is not None:  # it runs alone: no claims beside it
                 await self._until_idle()
@@ -411,15 +412,18 @@ class Worker:
             concurrency = self._capacity()
             low_water = max(1, concurrency // 2)
             free = concurrency - self._load
-            if free < low_water and self._in_flight:
+            if woken is None and free < low_water and self._in_flight:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
             try:
-                count = self._claim_count(free)
-                if len(self._lanes) == 1:
+                if woken is not None:
+                    (reply, count), woken = woken, None
+                elif len(self._lanes) == 1:
+                    count = self._claim_count(free)
                     reply = await self._claim(count)
                 else:
+                    count = self._claim_count(free)
                     reply = await self._turns.claim(count, self._claim, self._held_back)
                 delay = 0.05
                 if self._auto is not None:
@@ -431,7 +435,7 @@ class Worker:
                 await asyncio.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 5.0)
                 continue
-            if reply.jobs:
+            if self._back_to_top(reply, count):
                 continue
             if reply.held and self._in_flight:
                 # a job whose worker died with it waits for a worker that runs
@@ -450,7 +454,22 @@ class Worker:
                 # ending (a block on Redis would sit out idle_wait after it)
                 await self._until_one_ends()
                 continue
-            await self._wait_for_work(reply)
+            # nothing more is claimable now (claim.lua's marker says when it is)
+            woken = await self._wait_for_work(reply)
+
+    def _back_to_top(self, reply: ops.ClaimReply, count: int) -> bool:
+        """After a claim that leased jobs: claim again (or wait for slots)
+        from the loop's top, rather than block? Yes after a full claim (more
+        may be ready), beside a suspect, or short of slots. A claim that took
+        fewer than it asked took all that was claimable (claim.lua sets the
+        marker otherwise), so the worker blocks at once: a job enqueued
+        meanwhile finds it waiting, not one round trip away."""
+        if not reply.jobs:
+            return False
+        if len(reply.jobs) >= count or len(self._lanes) > 1 or self._suspect is not None:
+            return True
+        capacity = self._capacity()
+        return capacity - self._load < max(1, capacity // 2)
 
     @property
     def _load(self) -> int:
@@ -532,19 +551,21 @@ class Worker:
         task.add_done_callback(self._side_tasks.discard)
         task.add_done_callback(log_failure)
 
-    async def _wait_for_work(self, reply: ops.ClaimReply) -> None:
+    async def _wait_for_work(self, reply: ops.ClaimReply) -> tuple[ops.ClaimReply, int] | None:
         """Block on the wake marker until an enqueue, the next due time, or
-        idle_wait — whichever comes first. No polling."""
+        idle_wait — whichever comes first. No polling. Returns the claim that
+        rode behind the wait and the count it asked for, if one did."""
         timeout = self.settings.idle_wait
         if reply.next_due_ms is not None:
             timeout = min(timeout, max(0.001, (reply.next_due_ms - reply.now_ms) / 1000))
         if self.settings.burst and not self._in_flight and reply.next_due_ms is None:
             timeout = min(timeout, 0.05)
         if self._stopping:
-            return
+            return None
         self._wait_task = asyncio.create_task(self._block(timeout))
         try:
-            await self._wait_task
+            claimed: tuple[ops.ClaimReply, int] | None = await self._wait_task
+            return claimed
         except asyncio.CancelledError:
             if not self._stopping:
                 raise
@@ -553,29 +574,33 @@ class Worker:
             await asyncio.sleep(0.1 + random.random() * 0.4)
         finally:
             self._wait_task = None
+        return None
 
-    async def _block(self, timeout: float) -> Any:
+    async def _block(self, timeout: float) -> tuple[ops.ClaimReply, int] | None:
         """Block until woken; over the lean wire a claim rides behind the
         blocking pop in the same write, so Redis runs it the moment the pop
-        returns: no round trip between waking and leasing (about 0.3 ms less
-        enqueue-to-start latency). A claim refused (NOSCRIPT after a Redis
-        restart, say) is simply left to the next claim of the loop."""
+        returns: no round trip between waking and leasing. A claim refused
+        (NOSCRIPT after a Redis restart, say) is simply left to the next
+        claim of the loop."""
         if len(self._lanes) > 1:
-            return await self._turns.block(self._blocker, timeout, self._woken)
+            await self._turns.block(self._blocker, timeout, self._woken)
+            return None
         lane = self._lanes[0]
         keys = lane.queue.core.keys
         pop = (keys.marker, keys.wake(self.id), timeout)
-        call = self._claim_call(lane, self._claim_count(self._capacity() - self._load))
+        count = self._claim_count(self._capacity() - self._load)
+        call = self._claim_call(lane, count)
         script = lane.queue.core.scripts["claim"]
         replies = await self._blocker.bzpopmin_then(pop, script.sha, call)
+        claimed = None
         if replies is None:
             popped = await self._blocker.bzpopmin(*pop)
         else:
             popped = replies[0]
             if not isinstance(replies[1], Exception):
-                self._claimed(lane, call, replies[1])
+                claimed = (self._claimed(lane, call, replies[1]), count)
         self._woken(lane, popped)
-        return popped
+        return claimed
 
     def _woken(self, lane: Lane, popped: Any) -> None:
         """What woke us: `abort=<id>` on our wake key is a client's abort

@@ -4,9 +4,15 @@
 
 Measures, on one Redis (a private one when no --url is given):
 
-* `enqueue_many`: `Queue.enqueue_many` from one process (the baseline);
-* `spark_write`: `df.write.format("conveyor")` of the same number of rows, after a warm-up
-  write (JVM start-up and Python worker start are not counted);
+* `enqueue_many`: `Queue.enqueue_many` from one process with generated ids (its fastest
+  path, `enqueue_new`: the baseline), and `enqueue_many_given_ids` with ids chosen by the
+  caller (the `enqueue` path: for comparison only);
+* `spark_write`: `df.write.format("conveyor")` of the same jobs (the same data, default
+  options; ids `<writeId>-<partition>-<row>`, `ifExists=skip`, so `enqueue_skip`), the best
+  of 1, 2 and 4 partitions, after a warm-up write (JVM start-up and Python worker start are
+  not counted, Spark's planning and commit of each query are); `spark_write_orders`: the
+  pipeline's orders (an `id` column, payload and option columns), best of 1 and 2, for
+  information: larger records, about 1.5 µs more of Redis time per job;
 * `spark_read`: `spark.read.format("conveyor")` of `--read` jobs into Spark's `noop` sink
   (every row materialised, nothing collected);
 * `spark_events`: `spark.read.format("conveyor_events")` of every event of those jobs;
@@ -14,7 +20,8 @@ Measures, on one Redis (a private one when no --url is given):
   the same done by hand (`manual`: a write, a wait on the events stream until every job has
   finished, a read of the jobs joined to the rows).
 
-Prints one JSON object: rows, seconds and rows/s per measure, and the targets met (issue 22):
+Prints one JSON object: rows, seconds and rows/s per measure (and for the enqueues, on the
+private server, its CPU time per row), and the targets met (issue 22):
 the writer at least 0.8x `enqueue_many`, reading at least 150,000 rows/s, `apply` within 1.3x
 of the manual way. The 1,000,000-row pipeline's own target (under 60 s on `local[2]`) is
 `make demo DEMO_ARGS=--big`'s figure, or `python -m conveyor.integrations.spark.pipeline
@@ -45,12 +52,45 @@ def _rate(rows: int, seconds: float) -> dict[str, Any]:
     return {"rows": rows, "seconds": round(seconds, 2), "rows_per_s": round(rows / seconds)}
 
 
-def _spark_write(spark: SparkSession, url: str, queue: str, rows: int, partitions: int) -> None:
+def _cpu_seconds(pid: int) -> float:
+    import psutil
+
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
+class _Stopwatch:
+    """Wall time and, on the bench's own redis-server (`pid`), that server's CPU time: the
+    cost per row in Redis, which other load on the machine barely moves (wall time does)."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self.cpu = _cpu_seconds(pid) if pid is not None else 0.0
+        self.started = time.perf_counter()
+
+    def rate(self, rows: int) -> dict[str, Any]:
+        out = _rate(rows, time.perf_counter() - self.started)
+        if self.pid is not None:
+            cpu = _cpu_seconds(self.pid) - self.cpu
+            out["redis_cpu_us_per_row"] = round(cpu / rows * 1e6, 2)
+        return out
+
+
+def _spark_write(
+    spark: SparkSession, url: str, queue: str, rows: int, partitions: int, *, plain: bool = False
+) -> None:
+    """The pipeline's orders (an id column, payload and option columns), or with `plain` the
+    jobs `enqueue_many` enqueues below (the same data, default options, generated ids)."""
     from .pipeline import orders
 
+    if plain:
+        df = spark.range(rows, numPartitions=partitions).selectExpr(
+            "id % 50000 AS customer", "id * 0.5 AS amount"
+        )
+    else:
+        df = orders(spark, rows, tag=queue, partitions=partitions)
     (
-        orders(spark, rows, tag=queue, partitions=partitions)
-        .write.format("conveyor")
+        df.write.format("conveyor")
         .option("url", url)
         .option("queue", queue)
         .option("task", "bench")
@@ -61,7 +101,12 @@ def _spark_write(spark: SparkSession, url: str, queue: str, rows: int, partition
 
 
 def measure(
-    spark: SparkSession, url: str, rows: int, read_rows: int, apply_rows: int = 0
+    spark: SparkSession,
+    url: str,
+    rows: int,
+    read_rows: int,
+    apply_rows: int = 0,
+    redis_pid: int | None = None,
 ) -> dict[str, Any]:
     import redis
 
@@ -75,22 +120,28 @@ def measure(
     results: dict[str, Any] = {}
     stamp = time.strftime("%H%M%S")
 
-    with Queue(f"bench-base-{stamp}", url=url, settings=settings) as queue:
-        requests = [
-            JobRequest("bench", {"customer": n % 50_000, "amount": n * 0.5}, {"id": f"b{n}"})
-            for n in range(rows)
-        ]
-        started = time.perf_counter()
-        queue.enqueue_many(requests, chunk_size=500)
-        results["enqueue_many"] = _rate(rows, time.perf_counter() - started)
+    for name, given in (("enqueue_many", False), ("enqueue_many_given_ids", True)):
+        with Queue(f"bench-{name}-{stamp}".replace("_", "-"), url=url, settings=settings) as q:
+            requests = [
+                JobRequest("bench", {"customer": n % 50_000, "amount": n * 0.5},
+                           {"id": f"b{n}"} if given else {})
+                for n in range(rows)
+            ]  # fmt: skip
+            watch = _Stopwatch(redis_pid)
+            q.enqueue_many(requests, chunk_size=500)
+            results[name] = watch.rate(rows)
 
     _spark_write(spark, url, f"bench-warm-{stamp}", min(rows, 20_000), 2)
-    for partitions in (2, 4):
-        started = time.perf_counter()
-        _spark_write(spark, url, f"bench-w{partitions}-{stamp}", rows, partitions)
-        results[f"spark_write_{partitions}p"] = _rate(rows, time.perf_counter() - started)
-    best = max(results["spark_write_2p"], results["spark_write_4p"], key=lambda r: r["rows_per_s"])
-    results["spark_write"] = best
+    for name, plain, counts in (("spark_write", True, (1, 2, 4)),
+                                ("spark_write_orders", False, (1, 2))):  # fmt: skip
+        writes = []
+        for partitions in counts:
+            queue_name = f"bench-{name}-{partitions}-{stamp}".replace("_", "-")
+            watch = _Stopwatch(redis_pid)
+            _spark_write(spark, url, queue_name, rows, partitions, plain=plain)
+            writes.append(watch.rate(rows))
+            results[f"{name}_{partitions}p"] = writes[-1]
+        results[name] = max(writes, key=lambda r: r["rows_per_s"])
 
     read_queue = f"bench-read-{stamp}"
     _spark_write(spark, url, read_queue, read_rows, 2)
@@ -150,9 +201,7 @@ def _worker_main(url: str, queue: str) -> None:
     Worker(_bench_tasks(queue), url=url, settings=WorkerSettings(concurrency=100)).run_sync()
 
 
-def _apply_against_manual(
-    spark: SparkSession, url: str, rows: int, stamp: str
-) -> dict[str, Any]:
+def _apply_against_manual(spark: SparkSession, url: str, rows: int, stamp: str) -> dict[str, Any]:
     """`apply` and the same by hand, each on a queue of its own drained by two workers."""
     import multiprocessing
 
@@ -206,18 +255,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .session import build_session
 
     with ExitStack() as stack:
-        url = args.url
+        url, pid = args.url, None
         if url is None:
             from conveyor.integrations.redis_server import RedisProcess
 
             data = stack.enter_context(tempfile.TemporaryDirectory(prefix="conveyor-bench-"))
-            url = stack.enter_context(RedisProcess(data_dir=data, appendonly=False)).url
+            server = stack.enter_context(RedisProcess(data_dir=data, appendonly=False))
+            url, pid = server.url, server.pid
         spark = build_session(
             args.master, app_name="conveyor-bench", conf={"spark.ui.enabled": "false"}
         )
         stack.callback(spark.stop)
         spark.sparkContext.setLogLevel("ERROR")
-        print(json.dumps(measure(spark, url, args.rows, args.read, args.apply), indent=2))
+        results = measure(spark, url, args.rows, args.read, args.apply, redis_pid=pid)
+        print(json.dumps(results, indent=2))
     return 0
 
 

@@ -81,6 +81,7 @@ class Chunk:
     ids: pa.Array  # string
     segments: pa.Array  # binary: one job's script arguments, RESP-encoded
     groups: tuple[str, ...]  # the groups these jobs may be in (for the existence look-up)
+    script: str = "enqueue"  # or "enqueue_skip": the script the segments are arguments of
 
     @property
     def count(self) -> int:
@@ -98,20 +99,23 @@ class Chunk:
         import pyarrow.compute as pc
 
         keep = pc.invert(pc.is_in(self.ids, value_set=pa.array(sorted(ids), pa.string())))
-        return Chunk(self.ids.filter(keep), self.segments.filter(keep), self.groups)
+        return Chunk(self.ids.filter(keep), self.segments.filter(keep), self.groups, self.script)
 
     def split(self, size: int) -> list[Chunk]:
         return [
-            Chunk(self.ids.slice(i, size), self.segments.slice(i, size), self.groups)
+            Chunk(self.ids.slice(i, size), self.segments.slice(i, size), self.groups, self.script)
             for i in range(0, self.count, size)
         ]
 
 
 class _Template:
-    """A validated job's script arguments as RESP: constant parts around the id and data."""
+    """A validated job's script arguments as RESP: constant parts around the id and data.
+    With `skip`, the arguments of enqueue_skip when the job needs no more than it takes."""
 
-    def __init__(self, spec: Any) -> None:
-        argv = spec.argv()
+    def __init__(self, spec: Any, *, skip: bool) -> None:
+        opts = spec.record_options() if skip else None
+        self.script = "enqueue" if opts is None else "enqueue_skip"
+        argv = spec.argv() if opts is None else (spec.id, spec.task, spec.data, opts)
         if argv.count(_ID_SLOT) != 1 or argv.count(_DATA_SLOT) != 1:
             raise RuntimeError("JobSpec.argv() must carry the id and the data once each")
         self.slots: list[str] = []  # "id", "data" or "" (a constant part)
@@ -133,7 +137,10 @@ class RowEncoder:
 
     `request` is the enqueue request id of every job of the write (or micro-batch): the
     enqueue script treats a job whose record carries the same request id as a re-send and
-    changes nothing, even while it runs. That is what makes a retried task harmless."""
+    changes nothing, even while it runs. That is what makes a retried task harmless.
+
+    With `skip` (ifExists=skip), a batch whose jobs take no option but the record's goes to
+    enqueue_skip instead, which leaves every id that already is a job alone by itself."""
 
     def __init__(
         self,
@@ -143,8 +150,10 @@ class RowEncoder:
         id_prefix: str,
         request: str,
         validate_data: bool,
+        skip: bool = False,
     ) -> None:
         self.core = core
+        self.skip = skip
         self.request = request
         self.default_task = default_task
         self.id_prefix = check_job_id(id_prefix)
@@ -174,7 +183,7 @@ class RowEncoder:
             else:
                 parts.append(pc.take(pa.array(values, pa.binary()), index))
         segments = pc.binary_join_element_wise(*parts, pa.scalar(b"", pa.binary()))
-        return Chunk(ids, segments, self._groups(batch))
+        return Chunk(ids, segments, self._groups(batch), templates[0].script)
 
     # --- ids and data -----------------------------------------------------------------
 
@@ -242,7 +251,7 @@ class RowEncoder:
 
         names = [c for c in ("task", *OPTION_COLUMNS) if c in batch.schema.names]
         if not names:
-            return None, [self._template(self.default_task, {})]
+            return None, [self._template(self.default_task, {}, self.skip)]
         codes = None
         for name in names:
             encoded = batch.column(name).dictionary_encode(null_encoding="encode")
@@ -262,16 +271,18 @@ class RowEncoder:
             .aggregate([("row", "min")])
             .sort_by("t")
         )
-        templates = []
+        rows = []
         for row in firsts.column("row_min").to_pylist():
             values = {name: _option(name, batch.column(name)[row].as_py()) for name in names}
             task = values.pop("task", self.default_task)
-            given = {k: v for k, v in values.items() if v is not None}
-            templates.append(self._template(task, given))
+            rows.append((task, {k: v for k, v in values.items() if v is not None}))
+        templates = [self._template(task, given, self.skip) for task, given in rows]
+        if len({t.script for t in templates}) > 1:  # one call takes one script's arguments
+            templates = [self._template(task, given, False) for task, given in rows]
         return (index if len(templates) > 1 else None), templates
 
-    def _template(self, task: Any, given: dict[str, Any]) -> _Template:
-        key = (task, *sorted(given.items()))
+    def _template(self, task: Any, given: dict[str, Any], skip: bool) -> _Template:
+        key = (skip, task, *sorted(given.items()))
         template = self._templates.get(key)
         if template is None:
             if task is None:
@@ -279,7 +290,7 @@ class RowEncoder:
             # `id` is set so that no random id is drawn; each row replaces it.
             spec = self.core.spec(str(task), None, {**given, "id": "template"})
             spec = dataclasses.replace(spec, id=_ID_SLOT, data=_DATA_SLOT, request=self.request)
-            template = _Template(spec)
+            template = _Template(spec, skip=skip)
             if len(self._templates) >= _TEMPLATE_CACHE_MAX:
                 self._templates.clear()
             self._templates[key] = template

@@ -1,13 +1,15 @@
-"""Sending encoded chunks to the enqueue script: pipelined, one round trip always in flight.
+"""Sending encoded chunks to the enqueue scripts: pipelined, one round trip always in flight.
 
 Each chunk is one `EVALSHA enqueue` call whose arguments are `ops.enqueue`'s for the same
-jobs: the head (script, keys, events cap, arity) is packed once, each chunk's jobs are
-already RESP (`encode.Chunk`), so a call is three byte strings joined by the kernel.
+jobs, or one `EVALSHA enqueue_skip` call (`ops.enqueue_skip`'s): the head (script, keys,
+events cap, arity) is packed once per script, each chunk's jobs are already RESP
+(`encode.Chunk`), so a call is three byte strings joined by the kernel.
 
 Calls go out `depth` at a time over one connection, and the next group is sent before the
 replies of the previous one are read: Redis runs one group while this process encodes the
 next. Replies are read in order; an error reply fails the task (Spark retries it, and the
-retry's enqueues of jobs that did get in are re-sends: outcome `exists`, nothing changed).
+retry's enqueues of jobs that did get in change nothing: `skipped` by enqueue_skip, `exists`
+as re-sends to enqueue).
 A script missing on the server (`NOSCRIPT`: flushed or restarted mid-write) is loaded again
 and every call not yet acknowledged is sent again, for the same reason safely.
 """
@@ -22,7 +24,8 @@ from redis import exceptions as rx
 
 from conveyor.client.core import QueueCore
 from conveyor.client.transport import translated
-from conveyor.protocol.ops import ENQUEUE_ARITY, text
+from conveyor.protocol import ops
+from conveyor.protocol.ops import ENQUEUE_ARITY, SKIP_ARITY, text
 
 from . import store
 from .encode import Chunk, resp
@@ -33,8 +36,21 @@ if TYPE_CHECKING:
 __all__ = ["EnqueueSender"]
 
 
+class _Head:
+    """One script's call up to its jobs, packed once, and its ARGV entries per job."""
+
+    def __init__(self, core: QueueCore, call: ops.Call, arity: int) -> None:
+        self.script = core.scripts[call.script]
+        head = ["EVALSHA", self.script.sha, len(call.keys), *call.keys, *call.args]
+        self.count = len(head)
+        self.packed = b"".join(resp(arg) for arg in head)
+        self.arity = arity
+
+
 class EnqueueSender:
-    """Enqueues chunks of one queue over a connection of `client`; counts the outcomes."""
+    """Enqueues chunks of one queue over a connection of `client`; counts the outcomes.
+    `skip_existing` looks up the ids of `enqueue` chunks first (enqueue_skip chunks need
+    no look-up: the script skips what exists)."""
 
     def __init__(
         self, client: redis.Redis, core: QueueCore, *, depth: int, skip_existing: bool
@@ -43,11 +59,13 @@ class EnqueueSender:
         self.core = core
         self.depth = depth
         self.skip_existing = skip_existing
-        call = core.enqueue_call([])
-        self.script = core.scripts[call.script]
-        head = ["EVALSHA", self.script.sha, len(call.keys), *call.keys, *call.args]
-        self.head_count = len(head)
-        self.head = b"".join(resp(arg) for arg in head)
+        maxlen = core.settings.events_maxlen
+        self.heads = {
+            "enqueue": _Head(core, ops.enqueue(core.keys, [], events_maxlen=maxlen),
+                             ENQUEUE_ARITY),
+            "enqueue_skip": _Head(core, ops.enqueue_skip(core.keys, [], events_maxlen=maxlen),
+                                  SKIP_ARITY),
+        }  # fmt: skip
         self.outcomes: dict[str, int] = {}
         self._waiting: list[Chunk] = []
         self._in_flight: deque[list[Chunk]] = deque()
@@ -87,38 +105,47 @@ class EnqueueSender:
                 self._receive(self._in_flight.popleft())
 
     def _without_existing(self, group: Sequence[Chunk]) -> list[Chunk]:
-        ids = [job_id for chunk in group for job_id in chunk.ids.to_pylist()]
-        groups = {name for chunk in group for name in chunk.groups}
+        looked_up = [chunk for chunk in group if chunk.script == "enqueue"]
+        ids = [job_id for chunk in looked_up for job_id in chunk.ids.to_pylist()]
+        groups = {name for chunk in looked_up for name in chunk.groups}
         existing = store.existing_ids(self.client, self.core.keys, ids, groups)
         if not existing:
             return list(group)
-        self.outcomes["skipped"] = self.outcomes.get("skipped", 0) + len(existing)
-        kept = [chunk.without(existing) for chunk in group]
+        self._count("skipped", len(existing))
+        kept = [chunk.without(existing) if chunk.script == "enqueue" else chunk for chunk in group]
         return [chunk for chunk in kept if chunk.count]
 
     def _send(self, group: Sequence[Chunk]) -> None:
         if self._connection is None:
             self._connection = self.client.connection_pool.get_connection()
-            if self.client.script_load(self.script.source) != self.script.sha:
-                raise RuntimeError("the server's SHA1 of the enqueue script differs")
+            for head in self.heads.values():
+                if self.client.script_load(head.script.source) != head.script.sha:
+                    raise RuntimeError(f"the server's SHA1 of {head.script.name} differs")
         parts = [part for chunk in group for part in self.command(chunk)]
         self._connection.send_packed_command(parts, check_health=False)
 
     def command(self, chunk: Chunk) -> list[Any]:
         """The RESP of the chunk's script call, in parts (the kernel joins them)."""
-        count = self.head_count + chunk.count * ENQUEUE_ARITY
-        return [b"*%d\r\n" % count, self.head, chunk.body()]
+        head = self.heads[chunk.script]
+        return [b"*%d\r\n" % (head.count + chunk.count * head.arity), head.packed, chunk.body()]
 
     def _receive(self, group: list[Chunk]) -> None:
-        for i in range(len(group)):
+        for i, chunk in enumerate(group):
             try:
                 reply = self._connection.read_response()
             except rx.NoScriptError:
                 self._send_again(group[i:])
                 return
+            if chunk.script == "enqueue_skip":  # the number created; the others existed
+                self._count("created", reply)
+                self._count("skipped", chunk.count - reply)
+                continue
             for outcome in reply[0::2]:
-                name = text(outcome)
-                self.outcomes[name] = self.outcomes.get(name, 0) + 1
+                self._count(text(outcome), 1)
+
+    def _count(self, outcome: str, n: int) -> None:
+        if n:
+            self.outcomes[outcome] = self.outcomes.get(outcome, 0) + n
 
     def _send_again(self, unacknowledged: list[Chunk]) -> None:
         """After NOSCRIPT: a new connection, the script loaded, every call not yet

@@ -122,7 +122,7 @@ def encode_chunk(chunk: Chunk) -> bytes:
     batch = pa.RecordBatch.from_arrays(
         [chunk.ids, chunk.segments],
         names=["id", "segment"],
-        metadata={"groups": json.dumps(chunk.groups)},
+        metadata={"groups": json.dumps(chunk.groups), "script": chunk.script},
     )
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as stream:
@@ -136,8 +136,10 @@ def decode_chunk(blob: bytes) -> Chunk:
     from .encode import Chunk
 
     batch = pa.ipc.open_stream(pa.py_buffer(blob)).read_next_batch()
-    groups = json.loads((batch.schema.metadata or {}).get(b"groups", b"[]"))
-    return Chunk(batch.column("id"), batch.column("segment"), tuple(groups))
+    metadata = batch.schema.metadata or {}
+    groups = json.loads(metadata.get(b"groups", b"[]"))
+    script = metadata.get(b"script", b"enqueue").decode()
+    return Chunk(batch.column("id"), batch.column("segment"), tuple(groups), script)
 
 
 # --- atomic writes: staging ---------------------------------------------------------------

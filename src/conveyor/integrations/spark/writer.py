@@ -1,17 +1,18 @@
 """`df.write.format("conveyor")` and `df.writeStream.format("conveyor")`: rows become jobs.
 
 Each Spark task opens its own Redis connection (from the `url` option, never a pickled
-client) and enqueues its partition through the enqueue script `Queue.enqueue` uses, with
-the arguments `ops.enqueue` builds: rows are validated and encoded column-wise
-(`encode.py`), then sent in chunks of `chunkSize` jobs, `pipelineDepth` chunks per round
-trip, one round trip in flight while the next is encoded (`send.py`).
+client) and enqueues its partition through a protocol script, with the arguments `ops`
+builds: rows are validated and encoded column-wise (`encode.py`), then sent in chunks of
+`chunkSize` jobs, `pipelineDepth` chunks per round trip, one round trip in flight while the
+next is encoded (`send.py`).
 
 Duplicates: ids are the `id` column, else `<writeId>-<partition>-<row>` (batch) or
 `<idPrefix>-<batchId>-<partition>-<row>` (streaming), so a retried task or a replayed
-micro-batch produces the same ids; every job of a write (or micro-batch) carries the same
-enqueue request id, `spark-<writeId>`, which the enqueue script recognises on a re-send and
-then changes nothing, even for a job already running. On top, with `ifExists=skip` (the
-default) an id that is already a job of an earlier write, in any state, is left alone.
+micro-batch produces the same ids. With `ifExists=skip` (the default) an id that is already
+a job, in any state, is left alone: by `enqueue_skip` itself for rows with record options
+only, else by a look-up before `enqueue`. Every job of a write (or micro-batch) also carries
+the enqueue request id `spark-<writeId>`, which `enqueue` recognises on a re-send (what makes
+`ifExists=update` safe to retry): then it changes nothing, even for a job already running.
 `atomic=true` stages every task's jobs and publishes them only in the driver's commit; an
 aborted write leaves nothing behind.
 """
@@ -54,7 +55,8 @@ class WriteConfig:
     target: Target
     task: str | None
     write_id: str
-    skip_existing: bool
+    if_exists: str  # skip | update
+    skip_existing: bool  # look the ids of enqueue calls up first
     atomic: bool
     chunk_size: int
     pipeline_depth: int
@@ -76,14 +78,15 @@ class WriteConfig:
         if not WRITE_ID_PATTERN.fullmatch(write_id):
             raise ConfigurationError(f"writeId/idPrefix {write_id!r}: use 1-64 of A-Za-z0-9_.-")
         fail_after = options.integer("testFailAfterRows", -1, minimum=-1)
+        if_exists = options.choice("ifExists", "skip", ("skip", "update"))
         config = cls(
             target=target,
             task=task,
             write_id=write_id,
+            if_exists=if_exists,
             # Ids made from a fresh random writeId cannot be jobs of an earlier write: the
             # look-up is needed only for an `id` column or a caller's writeId / idPrefix.
-            skip_existing=options.choice("ifExists", "skip", ("skip", "update")) == "skip"
-            and ("id" in columns or chosen_id),
+            skip_existing=if_exists == "skip" and ("id" in columns or chosen_id),
             atomic=options.flag("atomic", False) and not streaming,
             chunk_size=options.integer("chunkSize", 500, minimum=1),
             pipeline_depth=options.integer("pipelineDepth", 8, minimum=1),
@@ -147,6 +150,7 @@ class _PartitionWrite:
             id_prefix=id_prefix,
             request=request,
             validate_data=config.validate_data,
+            skip=config.if_exists == "skip",
         )
         self.sender = _sender(self.queue, config)
         self.rows = 0

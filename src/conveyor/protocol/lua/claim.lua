@@ -77,6 +77,8 @@ local groups, gwait, gactive = KEYS[9], KEYS[10], KEYS[11]
 local worker, count, lease, token = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local promote_limit, maxlen, alone = tonumber(ARGV[5]), ARGV[6], ARGV[7] ~= '0'
 local now = now_ms()
+local now_text, lease_end = int_text(now), int_text(now + lease)
+local lease, write_leases = batch('ZADD', active)  -- one ZADD active for the call's jobs
 local INF = -1  -- "until an event", stored as +inf in gwait
 
 local FIELDS = {'state', 'task', 'data', 'attempts', 'failures', 'stalls', 'max_failures',
@@ -91,6 +93,18 @@ local DEFAULTED = {[5] = 'failures', [6] = 'stalls', [7] = 'max_failures', [8] =
                    [12] = 'priority'}
 for k, name in pairs(DEFAULTED) do
   DEFAULTED[k] = tostring(RECORD_DEFAULTS[name])
+end
+-- The record's FIELDS by position, read with one HGETALL: cheaper than an
+-- HMGET of every field, most of which a record leaves out (a lookup each).
+local FIELD_AT = {}
+for i, name in ipairs(FIELDS) do FIELD_AT[name] = i end
+local function fields_of(job_key)
+  local all, f = redis.call('HGETALL', job_key), {}
+  for i = 1, #all, 2 do
+    local at = FIELD_AT[all[i]]
+    if at then f[at] = all[i + 1] end
+  end
+  return f
 end
 local KNOWN_STATES = {waiting = true, delayed = true, active = true, completed = true,
                       failed = true, blocked = true, waiting_children = true}
@@ -190,14 +204,16 @@ local function fail_corrupt(id, reason)
 end
 
 local leased = 0
-local dropped = 0  -- popped ids parked on a concurrency key (§16.5): a turn, not a slot
+-- ids taken off a ready index: leased, parked on a concurrency key (§16.5), or dropped
+-- (stale, corrupt). Once `n` are, more may be claimable: see the wake-up below.
+local examined = 0
 local stopped_early = false  -- by a suspect or the visit bound: others may claim on
 
 -- Lease one popped id; returns false when claiming must stop here (a
 -- suspect met after other jobs was put back, or a suspect was leased).
 local function take(id, score, from)
   local job_key = base .. 'job:' .. id
-  local f = redis.call('HMGET', job_key, unpack(FIELDS))
+  local f = fields_of(job_key)
   local attempts, stalls = tonumber(f[4] or '0'), tonumber(f[6] or '0')
   if not f[1] then
     fail_corrupt(id, 'job record missing')
@@ -216,7 +232,6 @@ local function take(id, score, from)
     if key then
       ckey_park(id, score, key, until_ms)
       if until_ms ~= CKEY_INF then due_at(until_ms) end
-      dropped = dropped + 1
       return true
     end
   end
@@ -226,16 +241,17 @@ local function take(id, score, from)
     return false
   end
   attempts = attempts + 1
-  redis.call('HSET', job_key, 'attempts', attempts, 'state', 'active', 'token', token,
-             'worker', worker, 'started_at', now)
-  redis.call('ZADD', active, now + lease, id)
-  emit(events, maxlen, 'event', 'active', 'id', id, 'attempt', attempts, 'worker', worker)
+  local attempt = int_text(attempts)
+  redis.call('HSET', job_key, 'attempts', attempt, 'state', 'active', 'token', token,
+             'worker', worker, 'started_at', now_text)
+  lease(lease_end, id)
+  emit(events, maxlen, 'event', 'active', 'id', id, 'attempt', attempt, 'worker', worker)
   if f[16] and f[16] ~= '' then
     redis.call('HINCRBY', gactive, f[16], 1)
   end
   if f[20] then ckey_take(f[20], now) end
   out[#out + 1] = id
-  f[3] = read_data(job_key, f[3], f[17], f[18])
+  f[3] = read_data(job_key, f[3], f[17], f[18] or false)  -- every field was read
   f[4] = attempts
   for k = 2, RETURNED do
     out[#out + 1] = f[k] or DEFAULTED[k] or false  -- false: a nil reply, kept in place
@@ -249,6 +265,7 @@ end
 -- No groups in play: take jobs in ready order, `n` at most.
 local function claim_in_order(n)
   local popped = redis.call('ZPOPMIN', ready, n)
+  examined = #popped / 2
   for i = 1, #popped, 2 do
     if not take(popped[i], popped[i + 1], ready) then
       stopped_early = true
@@ -263,6 +280,7 @@ end
 local function pop_one(key)
   local popped = redis.call('ZPOPMIN', key, 1)
   if #popped == 0 then return nil end
+  examined = examined + 1
   return popped
 end
 
@@ -340,14 +358,17 @@ if limits[1] ~= '1' then
     else
       claim_round_robin(n)
     end
+    write_leases()
     if leased > 0 and tonumber(limits[3]) then
       rate_log(base .. 'rate', leased, num(limits[4], 1000), now)
     end
   end
   -- Wake another idle worker only if it could claim something now: not when
-  -- a limit or held-back groups are what stopped this call.
+  -- a limit or held-back groups are what stopped this call. So when a claim
+  -- took fewer than `count` and left the marker unset, nothing is claimable
+  -- until an enqueue, a run's end or next_due: its worker may block at once.
   local more = redis.call('ZCARD', ready) > 0 or redis.call('EXISTS', groups) == 1
-  if more and n >= count and (leased + dropped >= n or stopped_early) then
+  if more and n >= count and (examined >= n or stopped_early) then
     wake(marker)
   end
 end

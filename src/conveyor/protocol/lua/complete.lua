@@ -36,19 +36,23 @@ local active, completed, ready, scheduled = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local marker, events, blocked_index = KEYS[6], KEYS[7], KEYS[8]
 local maxlen = ARGV[1]
 local now = now_ms()
+local now_text = int_text(now)
+-- one ZREM active and one ZADD completed for the call's jobs
+local unlease, write_unleases = batch('ZREM', active)
+local keep, write_kept = batch('ZADD', completed)
 
 local out = {}
 for i = 2, #ARGV, 3 do
   local id, token, result = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local job_key = base .. 'job:' .. id
   local f = redis.call('HMGET', job_key, 'state', 'token', 'result_ttl', 'group', 'waiters',
-                       'parent', 'on_fail', 'children', 'ckeys')
+                       'parent', 'on_fail', 'children', 'ckeys', 'logged')
   if f[1] ~= 'active' or f[2] ~= token then
     out[#out + 1] = 0
   else
-    redis.call('ZREM', active, id)
+    unlease(id)
     end_run(job_key, marker, f[4], f[9] or false)
-    redis.call('HSET', job_key, 'state', 'completed', 'result', result, 'finished_at', now)
+    redis.call('HSET', job_key, 'state', 'completed', 'result', result, 'finished_at', now_text)
     emit(events, maxlen, 'event', 'completed', 'id', id)
     notify_waiters(job_key, id, 'completed', result, f[5])
     local sent = false
@@ -57,10 +61,12 @@ for i = 2, #ARGV, 3 do
                            now, maxlen) == 'sent'
     end
     if not release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index) then
-      retain(job_key, id, completed, field(f[3], 'result_ttl'), now)
+      retain(job_key, id, completed, field(f[3], 'result_ttl'), now, f[10], keep)
     end
     out[#out + 1] = sent and 2 or 1
   end
 end
+write_unleases()
+write_kept()  -- before the sweep: a count-capped index counts them
 sweep(completed, now, 2 * #out)
 return out

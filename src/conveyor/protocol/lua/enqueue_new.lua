@@ -31,21 +31,24 @@ local DEFAULT_BAND = 1000 * 2147483648  -- ready_score(nil, 0): the default prio
 local base = KEYS[1]  -- (common, included below, declares it again)
 local n = (#ARGV - 1) / 3
 local trim_due = nil  -- nil until the jobs are written
+-- Integers go to redis.call as text: Redis formats a Lua number with
+-- snprintf("%.17g"), a large part of this script's time (common.lua, int_text).
+local function INT(n) return string.format('%d', n) end
 
 -- One job with data of at most 64 bytes: the single enqueue, written out
 -- with no table, closure or loop (each costs Redis time on every call:
 -- bench/README.md, "The enqueue script").
 if n == 1 and #ARGV[4] <= 64 then
   local id = ARGV[2]
-  local last = redis.call('HINCRBY', KEYS[2], 'seq', 1)
+  local last = redis.call('HINCRBY', KEYS[2], 'seq', '1')
   local seq = HALF + (last % HALF)
   local event_id = redis.call('XADD', KEYS[5], '*', 'event', 'created', 'id', id,
                               'state', 'waiting')
-  redis.call('HSET', base .. 'job:' .. id, 'state', 'waiting', 'task', ARGV[3], 'seq', seq,
+  redis.call('HSET', base .. 'job:' .. id, 'state', 'waiting', 'task', ARGV[3], 'seq', INT(seq),
              'created_at', string.sub(event_id, 1, string.find(event_id, '-', 1, true) - 1),
              'data', ARGV[4])
-  redis.call('ZADD', KEYS[3], DEFAULT_BAND + seq, id)
-  redis.call('ZADD', KEYS[4], 0, '0')  -- wake(marker)
+  redis.call('ZADD', KEYS[3], INT(DEFAULT_BAND + seq), id)
+  redis.call('ZADD', KEYS[4], '0', '0')  -- wake(marker)
   trim_due = last % 64 == 0
   if not trim_due then return 1 end
 end
@@ -54,13 +57,13 @@ end
 -- its HSET arguments (else the data is one field). Returns whether the
 -- stream is due a trim.
 local function create_all(put)
-  local last = redis.call('HINCRBY', KEYS[2], 'seq', n)
+  local last = redis.call('HINCRBY', KEYS[2], 'seq', INT(n))
   local ready = {}
   local now  -- the call's first event time: "now" for all its jobs
   for k = 0, n - 1 do
     local i = 2 + 3 * k
     local id = ARGV[i]
-    local seq = HALF + ((last - n + 1 + k) % HALF)
+    local seq = INT(HALF + ((last - n + 1 + k) % HALF))
     local event_id = redis.call('XADD', KEYS[5], '*', 'event', 'created', 'id', id,
                                 'state', 'waiting')
     now = now or string.sub(event_id, 1, string.find(event_id, '-', 1, true) - 1)
@@ -73,7 +76,7 @@ local function create_all(put)
       redis.call('HSET', job_key, 'state', 'waiting', 'task', ARGV[i + 1], 'seq', seq,
                  'created_at', now, 'data', ARGV[i + 2])
     end
-    ready[#ready + 1] = DEFAULT_BAND + seq
+    ready[#ready + 1] = INT(DEFAULT_BAND + seq)
     ready[#ready + 1] = id
     if #ready >= 400 then
       redis.call('ZADD', KEYS[3], unpack(ready))
@@ -81,7 +84,7 @@ local function create_all(put)
     end
   end
   if #ready > 0 then redis.call('ZADD', KEYS[3], unpack(ready)) end
-  redis.call('ZADD', KEYS[4], 0, '0')  -- wake(marker)
+  redis.call('ZADD', KEYS[4], '0', '0')  -- wake(marker)
   return last % 64 < n
 end
 

@@ -10,8 +10,9 @@
 --
 -- Returns: 1 = stored, 0 = lease lost (refused).
 -- Effects: log:<id> gets the lines, trimmed to its last `max lines`, and
--- expires `ttl` ms later; the scripts that end a run set its expiry to the
--- record's, and deleting the record deletes it (finish.lua).
+-- expires `ttl` ms later; the record gets `logged` = 1, by which the scripts
+-- that end a run know to set the log's expiry to the record's; deleting the
+-- record deletes it (finish.lua).
 -- Complexity: O(lines).
 
 -- @include common
@@ -27,5 +28,7 @@ for i = 5, #ARGV do
   redis.call('RPUSH', key, ARGV[i])
 end
 redis.call('LTRIM', key, -max_lines, -1)
+-- the run's end expires the log with the record only when this flag says there is one
+redis.call('HSET', job_key, 'logged', '1')
 redis.call('PEXPIRE', key, ttl)
 return 1

@@ -10,6 +10,38 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- An integer as text for redis.call. Given a Lua number, Redis formats it with
+-- snprintf("%.17g"), which costs more than a small command itself; the hot
+-- paths pass text instead, made once per value and script call.
+local int_texts = {}
+local function int_text(n)
+  local s = int_texts[n]
+  if not s then
+    s = string.format('%d', n)
+    int_texts[n] = s
+  end
+  return s
+end
+
+-- One command for many members, where a script would call it once per job:
+-- `batch(cmd, key)` returns `add(...)`, which queues arguments, and `flush()`,
+-- which sends them, 400 at a time (a call into Redis per job costs about as
+-- much as a small command's own work).
+local function batch(cmd, key)
+  local args = {}
+  local function add(a, b)
+    args[#args + 1] = a
+    if b then args[#args + 1] = b end
+  end
+  local function flush()
+    for i = 1, #args, 400 do
+      redis.call(cmd, key, unpack(args, i, math.min(i + 399, #args)))
+    end
+    args = {}
+  end
+  return add, flush
+end
+
 -- Ready order: priority first (0 = highest), then a sequence number, so jobs
 -- of one priority run FIFO (or LIFO). 2^21 * 2^31 + 2^31 < 2^53: exact in a double.
 local SEQ_SPAN = 2147483648

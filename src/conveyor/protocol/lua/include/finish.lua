@@ -51,15 +51,25 @@ end
 local EXPIRY_GRACE = 60000
 
 -- Keep a finished record in `index` (completed or failed, scored by expiry)
--- for ttl ms, or delete it at once when ttl is 0.
-local function retain(job_key, id, index, ttl, now)
+-- for ttl ms, or delete it at once when ttl is 0. `logged`: the record's
+-- `logged` field when the caller read it (false: the job wrote no log, so
+-- there is none to expire with it); nil when not read. `add_to_index`: a
+-- `batch` of ZADD on `index` the caller writes, else the ZADD is sent here.
+local function retain(job_key, id, index, ttl, now, logged, add_to_index)
   ttl = num(ttl, 86400000)
   if ttl <= 0 then
     delete_job(job_key, id)
   else
-    redis.call('ZADD', index, now + ttl, id)
-    redis.call('PEXPIRE', job_key, ttl + EXPIRY_GRACE)
-    redis.call('PEXPIRE', base .. 'log:' .. id, ttl + EXPIRY_GRACE)
+    local expiry = int_text(ttl + EXPIRY_GRACE)
+    if add_to_index then
+      add_to_index(int_text(now + ttl), id)
+    else
+      redis.call('ZADD', index, int_text(now + ttl), id)
+    end
+    redis.call('PEXPIRE', job_key, expiry)
+    if logged ~= false then
+      redis.call('PEXPIRE', base .. 'log:' .. id, expiry)
+    end
   end
 end
 
