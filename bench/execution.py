@@ -312,13 +312,18 @@ def _plot(json_path: Path, png_path: Path) -> str:
     return f"no plot: {done.stderr.strip().splitlines()[-1] if done.stderr else 'failed'}"
 
 
+# The auto worker's trace of one rep: its limit changes and CPU readings, timed from its start.
+_TRACE = ("cpu_trace", "limit_at", "started_wall")
+
+
 def _median(runs: list[Any]) -> Any:
-    """The median of the reps' figures, key by key (None where a rep has none)."""
+    """The median of the reps' figures, key by key (None where a rep has none); the auto
+    trace is the first rep's, whole (a median of start times would misplace it)."""
     first = runs[0]
     if isinstance(first, dict):
-        return {k: _median([r.get(k) for r in runs]) for k in first if k != "cpu_trace"} | (
-            {"cpu_trace": first["cpu_trace"]} if "cpu_trace" in first else {}
-        )
+        return {k: _median([r.get(k) for r in runs]) for k in first if k not in _TRACE} | {
+            k: first[k] for k in _TRACE if k in first
+        }
     numbers = [r for r in runs if isinstance(r, int | float) and not isinstance(r, bool)]
     if len(numbers) == len(runs):
         return statistics.median(numbers)
