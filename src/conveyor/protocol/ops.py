@@ -114,8 +114,12 @@ class JobSpec:
             or self.delay_ms is not None or self.run_at_ms is not None
         ):  # fmt: skip
             return None
+        return "\n".join(self._record_option_lines())
+
+    def _record_option_lines(self) -> list[str]:
+        """`name=value` for each record option that differs from its default."""
         d = RECORD_DEFAULTS
-        return "\n".join(
+        return [
             f"{name}={value}"
             for name, value in (
                 ("priority", self.priority),
@@ -127,7 +131,7 @@ class JobSpec:
                 ("result_ttl", self.result_ttl_ms),
             )
             if value != d[name]
-        )
+        ]
 
     def options(self) -> str:
         """What differs from the defaults, as enqueue.lua's `opts` lines."""
@@ -146,20 +150,7 @@ class JobSpec:
             ) == _DEFAULT_OPTIONS
         ):  # fmt: skip
             return ""  # the common case, decided in one pass
-        d = RECORD_DEFAULTS
-        opts = [
-            f"{name}={value}"
-            for name, value, default in (
-                ("priority", self.priority, d["priority"]),
-                ("max_failures", self.max_failures, d["max_failures"]),
-                ("max_stalls", self.max_stalls, d["max_stalls"]),
-                ("min_backoff", self.min_backoff_ms, d["min_backoff"]),
-                ("max_backoff", self.max_backoff_ms, d["max_backoff"]),
-                ("timeout", self.timeout_ms, d["timeout"]),
-                ("result_ttl", self.result_ttl_ms, d["result_ttl"]),
-            )
-            if value != default
-        ]
+        opts = self._record_option_lines()
         if self.delay_ms is not None:
             opts.append(f"delay={self.delay_ms}")
         if self.run_at_ms is not None:
