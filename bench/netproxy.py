@@ -7,16 +7,22 @@ chunk and so lets one chunk per delay through, this is a pipe: each chunk is sta
 arrives and written out when its time comes, while the chunks behind it keep arriving, in
 order. Throughput is not limited by the delay, only each round trip.
 
-It runs asyncio's own loop on a thread of its own, in the harness's process (uvloop's timers
-gave 6.4 ms round trips for 1 ms each way here, asyncio's 2.6 ms; the harness records the
-round trip it measured through the proxy in the report's meta). The harness's own
-measurements (INFO, the marks) go to Redis directly.
+It runs asyncio's own loop on a thread of its own, in the harness's process, on the
+`select()` selector: epoll, asyncio's default on Linux, takes timeouts in whole milliseconds
+rounded up, so a chunk due 0.3 ms after another waited a whole millisecond more. A sleep
+also ends later than asked (the timer's wake-up and the loop's turn: 0.12-0.16 ms here), so
+each sleep is cut by that overshoot, measured when the proxy starts. Until 2026-11-25 the
+proxy had neither: each hop cost 1.15-1.2 ms instead of 1 ms, and a PING's round trip 2.36 ms
+on a quiet machine; with both, 2.15-2.2 ms (direct: about 0.1 ms). uvloop's timers gave
+6.4 ms round trips. The harness records the round trip it measured through the proxy in the
+report's meta. The harness's own measurements (INFO, the marks) go to Redis directly.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import selectors
 import threading
 import time
 from collections import deque
@@ -31,7 +37,10 @@ class DelayProxy:
         self.delay = delay
         self.port = 0
         self.connections = 0
-        self._loop = asyncio.new_event_loop()
+        self.early = 0.0  # how much sooner than due a sender's sleep ends (calibrated in _open)
+        # select() takes its timeout in microseconds; epoll, asyncio's default on Linux,
+        # in whole milliseconds rounded up, so a 0.9 ms wait there lasts 1 ms or more
+        self._loop = asyncio.SelectorEventLoop(selectors.SelectSelector())
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._thread = threading.Thread(target=self._run, name="bench-netproxy", daemon=True)
@@ -70,6 +79,7 @@ class DelayProxy:
     async def _open(self) -> None:
         self._server = await asyncio.start_server(self._accept, _LOOPBACK, 0)
         self.port = self._server.sockets[0].getsockname()[1]
+        self.early = min(await _overshoot(), self.delay / 2)
 
     async def _shutdown(self) -> None:
         if self._server is not None:
@@ -106,11 +116,11 @@ class DelayProxy:
                     await arrived.wait()
                     continue
                 due, _ = line[0]
-                wait = due - time.monotonic()
+                wait = due - self.early - time.monotonic()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                now = time.monotonic()
-                while line and line[0][0] <= now:
+                horizon = time.monotonic() + self.early  # due before the next wake-up could be
+                while line and line[0][0] <= horizon:
                     writer.write(line.popleft()[1])
                 await writer.drain()
 
@@ -131,6 +141,20 @@ class DelayProxy:
                 await sender
             with contextlib.suppress(ConnectionError, OSError):
                 writer.write_eof()
+
+
+async def _overshoot(samples: int = 21) -> float:
+    """The median time a short `asyncio.sleep` lasts beyond what it asked on this
+    machine (the timer's wake-up, the loop's turn; about 0.12-0.16 ms here): each
+    chunk's sleep is cut by it, so that a chunk leaves `delay` after it came in,
+    not `delay` plus the overshoot."""
+    late = []
+    for _ in range(samples):
+        start = time.monotonic()
+        await asyncio.sleep(0.001)
+        late.append(time.monotonic() - start - 0.001)
+    late.sort()
+    return max(0.0, late[len(late) // 2])
 
 
 def round_trip_ms(url: str, calls: int = 200) -> float:

@@ -280,7 +280,8 @@ def markdown(
         f"{', '.join(f'{x:.1f}' for x in meta['load_average_at_end'])}.",
         "Medians over reps, (min–max) when there was more than one. Method: bench/README.md.",
         "",
-        "## Every system at its defaults (Conveyor at its CLI default: concurrency 100 for its async handler)",
+        "## Every system at its defaults "
+        "(Conveyor at its CLI default: concurrency 100 for its async handler)",
         "",
         "| system | enqueue_single jobs/s | enqueue_single_async jobs/s | enqueue_bulk jobs/s "
         "| process_1proc jobs/s | process_2proc jobs/s | latency p50 / p99 ms (to start) "
