@@ -105,3 +105,57 @@ def test_heartbeats_keep_their_cadence_under_latency(
     assert len(gaps) >= 6
     assert statistics.median(gaps) < 0.65, f"beats every {statistics.median(gaps):.2f} s: {gaps}"
     assert max(gaps) < 1.0, gaps  # a lease of 1.5 s keeps a margin of at least half a lease
+
+
+def test_a_claim_rides_behind_the_acknowledgements_when_every_slot_awaits_one(
+    proxy: FaultProxy, redis_client: redis.Redis, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Through 20-40 ms each way, a worker whose four slots all wait for their
+    # acknowledgement sends its next claim in the same pipeline (protocol §8
+    # step 5): one round trip per turn of the slots instead of two, and never
+    # more than four leases (sampled on Redis).
+    from conveyor.worker import runtime
+
+    claims: list[int] = []
+    rides: list[int] = []
+    own_claim, own_ride = runtime.Worker._claim, runtime.Worker._ride
+
+    async def counted_claim(self: runtime.Worker, count: int, lane: object = None) -> object:
+        claims.append(count)
+        return await own_claim(self, count, lane)  # type: ignore[arg-type]
+
+    def counted_ride(self: runtime.Worker, acked: int) -> object:
+        ride = own_ride(self, acked)
+        if ride is not None:
+            rides.append(acked)
+        return ride
+
+    monkeypatch.setattr(runtime.Worker, "_claim", counted_claim)
+    monkeypatch.setattr(runtime.Worker, "_ride", counted_ride)
+    proxy.set_latency(0.02, 0.04)
+    tasks = Tasks(queue_name, url=proxy.url)
+    done: list[int] = []
+
+    @tasks.task
+    async def quick(n: int) -> None:
+        done.append(n)
+
+    producer = Queue(queue_name, url=f"redis://127.0.0.1:{proxy.upstream_port}/0")
+    keys = producer.core.keys
+    sampler = Sampler(lambda: redis_client.zcard(keys.active))
+    producer.enqueue_many([("quick", n) for n in range(120)])
+    runner = WorkerRunner(proxy.url)
+    sampler.start()
+    try:
+        runner.start(tasks, concurrency=4, lease=10)
+        wait_until(lambda: len(done) == 120, timeout=120)
+        wait_until(lambda: redis_client.zcard(keys.active) == 0, timeout=30)
+    finally:
+        sampler.stop()
+        runner.stop_all()
+        producer.close()
+    assert sorted(done) == list(range(120))
+    assert len(rides) >= 20, (len(rides), len(claims))  # 30 turns of four slots
+    assert len(claims) < len(rides), (len(rides), len(claims))
+    most = max(int(value) for _, value in sampler.samples)  # type: ignore[call-overload]
+    assert 1 <= most <= 4, f"{most} leases held at once with concurrency 4"

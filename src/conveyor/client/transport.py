@@ -342,9 +342,18 @@ class AsyncRunner:
 
     async def run_many(self, calls: Sequence[Call]) -> list[Any]:
         with translated():
-            return await self._settle(calls, await self._pipeline(calls))
+            return _raised(await self.run_many_settled(calls))
+
+    async def run_many_settled(self, calls: Sequence[Call]) -> list[Any]:
+        """run_many with each call's error in its place, not raised (a reply
+        error; a lost connection still raises)."""
+        with translated():
+            return await self._settled(calls, await self._pipeline(calls))
 
     async def _settle(self, calls: Sequence[Call], results: list[Any]) -> list[Any]:
+        return _raised(await self._settled(calls, results))
+
+    async def _settled(self, calls: Sequence[Call], results: list[Any]) -> list[Any]:
         for pause in RESEND_PAUSES:
             again, redirected, missing = _refused(calls, results)
             if not again:
@@ -354,7 +363,7 @@ class AsyncRunner:
             for name in missing:
                 await self._load(self.scripts[name])
             _merged(results, again, await self._pipeline([calls[i] for i in again]))
-        return _raised(results)
+        return results
 
     async def _load(self, script: Script) -> None:
         if self.wire is not None:

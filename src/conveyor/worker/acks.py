@@ -1,6 +1,11 @@
 """Batched acknowledgements: finished jobs are written in one pipelined round
 trip per batch. While one batch is in flight the next one fills, so a busy
-worker batches by itself and an idle one acknowledges at once."""
+worker batches by itself and an idle one acknowledges at once.
+
+A worker waiting for slots may have a claim ride behind a batch, in the same
+pipeline (`Ride`): Redis runs the outcomes first, so the jobs they free are
+free before the claim takes new ones, and a slot costs one round trip, not an
+acknowledgement's and then a claim's (docs/protocol.md §8)."""
 
 from __future__ import annotations
 
@@ -8,9 +13,11 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from conveyor.client.core import QueueCore
-from conveyor.client.transport import AsyncRunner
+from conveyor.client.transport import AsyncRunner, translated
 from conveyor.errors import ConnectionLostError
 from conveyor.protocol import ops
 from conveyor.worker.execution import Deferred, Ended, Failure, Limited, Success
@@ -18,6 +25,15 @@ from conveyor.worker.execution import Deferred, Ended, Failure, Limited, Success
 log = logging.getLogger("conveyor.worker")
 
 Outcome = tuple[str, str, Ended]  # id, token, outcome
+
+
+@dataclass(frozen=True, slots=True)
+class Ride:
+    """A claim sent behind a batch of outcomes; `landed` gets its reply (or
+    the error that kept it from one) after the outcomes are recorded."""
+
+    call: ops.Call
+    landed: Callable[[Any], None]
 
 
 class AckBuffer:
@@ -37,6 +53,9 @@ class AckBuffer:
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
+        # (jobs in a batch) -> a claim to send behind it, or None (runtime._ride)
+        self.rider: Callable[[int], Ride | None] | None = None
+        self._ran: set[str] = set()  # scripts whose outcomes were written (a ride needs them)
 
     def add(self, job_id: str, token: str, outcome: Ended) -> None:
         self._pending.append((job_id, token, outcome))
@@ -60,6 +79,7 @@ class AckBuffer:
                 await self._write(batch)
                 delay = 0.05
             except (ConnectionLostError, OSError) as exc:
+                self._ran.clear()  # a new connection, maybe to a new server
                 # Re-sending is safe: a run that was already ended refuses the write.
                 log.warning(
                     "could not write the outcomes of %d job(s) (%s); writing them again",
@@ -72,6 +92,7 @@ class AckBuffer:
                 self._wake.set()
                 continue
             except Exception:
+                self._ran.clear()
                 # A script refused the batch (a corrupt record, say): write the
                 # jobs one by one, so one bad job cannot hold back the others.
                 log.exception(
@@ -125,20 +146,53 @@ class AckBuffer:
             )
         if deferred:
             calls.append(ops.defer(self.core.keys, deferred, events_maxlen=maxlen))
-        replies = await self.runner.run_many(calls)
+        scripts = {call.script for call in calls}
+        # Redis answers NOSCRIPT to a script it has not loaded, and the runner sends that call
+        # again after the claim behind it ran: a ride waits until this batch's scripts ran here
+        ride = self.rider(len(batch)) if self.rider and scripts <= self._ran else None
+        if ride is None:
+            self._record(batch, calls, await self.runner.run_many(calls))
+            self._ran |= scripts
+            return
+        try:
+            results = await self.runner.run_many_settled([*calls, ride.call])
+        except BaseException as exc:
+            ride.landed(exc)
+            raise
+        try:
+            with translated():
+                self._record(batch, calls, _raised(results[:-1]))
+        finally:  # the claim ran: its jobs are ours whatever became of the outcomes
+            ride.landed(results[-1])
+
+    def _record(self, batch: list[Outcome], calls: list[ops.Call], replies: list[Any]) -> None:
+        """Tell on_written what became of each outcome, from the replies to `calls`."""
+        done = [i for i, _, o in batch if isinstance(o, Success)]
+        failed = [i for i, _, o in batch if isinstance(o, Failure)]
+        limited = [i for i, _, o in batch if isinstance(o, Limited)]
+        deferred = [i for i, _, o in batch if isinstance(o, Deferred)]
         if deferred:
             replies, moved = replies[:-1], replies[-1]
-            for (job_id, *_), ok in zip(deferred, moved, strict=True):
+            for job_id, ok in zip(deferred, moved, strict=True):
                 self.on_written(job_id, "deferred" if int(ok) == 1 else "lost")
         if limited:
             replies, given_back = replies[: len(calls) - len(limited)], replies[-len(limited) :]
-            for (job_id, _, _), reply in zip(limited, given_back, strict=True):
+            for job_id, reply in zip(limited, given_back, strict=True):
                 self.on_written(job_id, "rate_limited" if list(reply) == [1] else "lost")
         if done:
-            for (job_id, _, _), ok in zip(done, ops.decode_complete(replies[0]), strict=True):
+            for job_id, ok in zip(done, ops.decode_complete(replies[0]), strict=True):
                 self.on_written(job_id, "completed" if ok else "lost")
             if self.on_handed_off is not None and ops.handed_off(replies[0]):
                 self.on_handed_off()
         if failed:
-            for item, what in zip(failed, ops.decode_fail(replies[-1]), strict=True):
-                self.on_written(item.id, what)
+            for job_id, what in zip(failed, ops.decode_fail(replies[-1]), strict=True):
+                self.on_written(job_id, what)
+
+
+def _raised(results: list[Any]) -> list[Any]:
+    """The results, unless one is an error: then the first error is raised
+    (as AsyncRunner.run_many would)."""
+    for result in results:
+        if isinstance(result, Exception):
+            raise result
+    return results

@@ -30,7 +30,7 @@ from conveyor.hooks import Hooks
 from conveyor.hooks import call as call_hooks
 from conveyor.hooks import failed as hook_failed
 from conveyor.protocol import observe, ops
-from conveyor.worker.acks import AckBuffer
+from conveyor.worker.acks import AckBuffer, Ride
 from conveyor.worker.batches import Batches
 from conveyor.worker.context import JobContext
 from conveyor.worker.execution import (
@@ -186,6 +186,10 @@ class JobPool:
     def load(self) -> int:
         """The capacity the held leases take, in units of task size."""
         return len(self.held) + self.extra_units
+
+    def ride_with(self, rider: Callable[[int], Ride | None]) -> None:
+        """Let the worker send a claim behind a batch of outcomes (acks.Ride)."""
+        self._acks.rider = rider
 
     async def outcomes_written(self) -> None:
         """Wait until every outcome handed to the ack writer is in Redis."""

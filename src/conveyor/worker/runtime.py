@@ -35,6 +35,7 @@ from conveyor.hooks import call as call_hooks
 from conveyor.protocol import ops
 from conveyor.timeutil import to_ms
 from conveyor.worker import job_lines
+from conveyor.worker.acks import Ride
 from conveyor.worker.courier import Courier
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.metrics import MetricsRecorder
@@ -135,6 +136,9 @@ class Worker:
         self._wait_task: asyncio.Task[Any] | None = None
         self._wake_task: asyncio.Future[None] | None = None
         self._suspect: str | None = None  # a job that stalled before, running here
+        self._parked = False  # the claim loop waits for slots (_wait_for_slots)
+        self._riding: ops.Call | None = None  # a claim sent behind outcomes (_ride)
+        self._rode: tuple[ops.ClaimReply, int] | None = None  # its reply, for the loop
         self._auto = self._auto_concurrency()
         sizes = [t.size for tasks in self.queues for t in self._handlers(tasks).values()]
         self._largest = max([1, *sizes])
@@ -198,6 +202,8 @@ class Worker:
             for lane in self._lanes:
                 call_hooks(lane.hooks.worker_start, self.id, lane.queue.name)
                 lane.start()
+            if len(self._lanes) == 1:
+                first.jobs.ride_with(self._ride)
             await self._serve()
         finally:
             for lane in self._lanes:
@@ -413,8 +419,7 @@ class Worker:
             low_water = max(1, concurrency // 2)
             free = concurrency - self._load
             if woken is None and free < low_water and self._in_flight:
-                self._slot_freed.clear()
-                await self._slot_freed.wait()
+                woken = await self._wait_for_slots()
                 continue
             try:
                 if woken is not None:
@@ -456,6 +461,48 @@ class Worker:
                 continue
             # nothing more is claimable now (claim.lua's marker says when it is)
             woken = await self._wait_for_work(reply)
+
+    async def _wait_for_slots(self) -> tuple[ops.ClaimReply, int] | None:
+        """Wait until a slot frees; meanwhile a claim may ride behind the
+        outcomes being written (_ride). Returns that claim's reply, if one did."""
+        self._parked = True
+        try:
+            while True:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+                if self._riding is None or self._stopping:
+                    break  # no claim in flight behind outcomes: the loop may claim
+        finally:
+            self._parked = False
+        rode, self._rode = self._rode, None
+        return rode
+
+    def _ride(self, acked: int) -> Ride | None:
+        """A claim to send behind `acked` outcomes in their pipeline, while the
+        claim loop waits for slots: Redis frees those first, so the claim is
+        sized as if they were free and the worker never holds more than its
+        concurrency. One at a time; only with one queue."""
+        if not self._parked or self._riding is not None or self._stopping:
+            return None
+        capacity = self._capacity()
+        free = capacity - self._load + acked
+        if self._suspect is not None or free < max(1, capacity // 2):
+            return None
+        lane = self._lanes[0]
+        count = self._claim_count(free)
+        call = self._claim_call(lane, count)
+        self._riding = call
+
+        def landed(result: Any) -> None:
+            self._riding = None
+            if not isinstance(result, BaseException):
+                try:
+                    self._rode = (self._claimed(lane, call, result), count)
+                except Exception:  # its leases lapse; the reaper hands the jobs on
+                    log.exception("could not take in the jobs of a claim")
+            self._slot_freed.set()
+
+        return Ride(call, landed)
 
     def _back_to_top(self, reply: ops.ClaimReply, count: int) -> bool:
         """After a claim that leased jobs: claim again (or wait for slots)
