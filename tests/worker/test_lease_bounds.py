@@ -49,6 +49,17 @@ def test_a_worker_never_holds_more_leases_than_its_concurrency(
     # Latency makes every acknowledgement take a while: finished jobs then wait
     # for it while the worker could claim more. Before the fix: 8 leases at
     # concurrency 4 (claimed + running + awaiting acknowledgement).
+    done, most, samples = _drain_through_latency(proxy, redis_client, queue_name, 200)
+    assert sorted(done) == list(range(200))
+    assert samples > 100
+    assert 1 <= most <= 4, f"{most} leases held at once with concurrency 4"
+
+
+def _drain_through_latency(
+    proxy: FaultProxy, redis_client: redis.Redis, queue_name: str, jobs: int
+) -> tuple[list[int], int, int]:
+    """`jobs` quick jobs run by a worker of concurrency 4 through 20-40 ms each
+    way; what ran, the most leases sampled on Redis at once, and the samples."""
     proxy.set_latency(0.02, 0.04)
     tasks = Tasks(queue_name, url=proxy.url)
     done: list[int] = []
@@ -60,20 +71,19 @@ def test_a_worker_never_holds_more_leases_than_its_concurrency(
     producer = Queue(queue_name, url=f"redis://127.0.0.1:{proxy.upstream_port}/0")
     keys = producer.core.keys
     sampler = Sampler(lambda: redis_client.zcard(keys.active))
-    producer.enqueue_many([("quick", n) for n in range(200)])
+    producer.enqueue_many([("quick", n) for n in range(jobs)])
     runner = WorkerRunner(proxy.url)
     sampler.start()
     try:
         runner.start(tasks, concurrency=4, lease=10)
-        wait_until(lambda: len(done) == 200, timeout=120)
+        wait_until(lambda: len(done) == jobs, timeout=120)
         wait_until(lambda: redis_client.zcard(keys.active) == 0, timeout=30)
     finally:
         sampler.stop()
         runner.stop_all()
         producer.close()
     most = max(int(value) for _, value in sampler.samples)  # type: ignore[call-overload]
-    assert len(sampler.samples) > 100
-    assert 1 <= most <= 4, f"{most} leases held at once with concurrency 4"
+    return done, most, len(sampler.samples)
 
 
 def test_heartbeats_keep_their_cadence_under_latency(
@@ -132,30 +142,8 @@ def test_a_claim_rides_behind_the_acknowledgements_when_every_slot_awaits_one(
 
     monkeypatch.setattr(runtime.Worker, "_claim", counted_claim)
     monkeypatch.setattr(runtime.Worker, "_ride", counted_ride)
-    proxy.set_latency(0.02, 0.04)
-    tasks = Tasks(queue_name, url=proxy.url)
-    done: list[int] = []
-
-    @tasks.task
-    async def quick(n: int) -> None:
-        done.append(n)
-
-    producer = Queue(queue_name, url=f"redis://127.0.0.1:{proxy.upstream_port}/0")
-    keys = producer.core.keys
-    sampler = Sampler(lambda: redis_client.zcard(keys.active))
-    producer.enqueue_many([("quick", n) for n in range(120)])
-    runner = WorkerRunner(proxy.url)
-    sampler.start()
-    try:
-        runner.start(tasks, concurrency=4, lease=10)
-        wait_until(lambda: len(done) == 120, timeout=120)
-        wait_until(lambda: redis_client.zcard(keys.active) == 0, timeout=30)
-    finally:
-        sampler.stop()
-        runner.stop_all()
-        producer.close()
+    done, most, _ = _drain_through_latency(proxy, redis_client, queue_name, 120)
     assert sorted(done) == list(range(120))
     assert len(rides) >= 20, (len(rides), len(claims))  # 30 turns of four slots
     assert len(claims) < len(rides), (len(rides), len(claims))
-    most = max(int(value) for _, value in sampler.samples)  # type: ignore[call-overload]
     assert 1 <= most <= 4, f"{most} leases held at once with concurrency 4"
