@@ -29,13 +29,13 @@ from conveyor.client.sync import connect as connect_sync
 from conveyor.client.tasks import Task, Tasks
 from conveyor.client.transport import SyncRunner
 from conveyor.client.wire import SyncWire
-from conveyor.errors import ConfigurationError, ConnectionLostError, ConveyorError
+from conveyor.errors import ConfigurationError, ConnectionLostError
 from conveyor.hooks import Hook, Hooks
 from conveyor.hooks import call as call_hooks
 from conveyor.protocol import ops
 from conveyor.timeutil import to_ms
 from conveyor.worker import job_lines
-from conveyor.worker.acks import Ride
+from conveyor.worker.claiming import ClaimLoop
 from conveyor.worker.courier import Courier
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.metrics import MetricsRecorder
@@ -44,7 +44,7 @@ from conveyor.worker.pool import JobPool, log_failure
 from conveyor.worker.processes import PoolSettings
 from conveyor.worker.queues import Lane, Turns, check_queues
 from conveyor.worker.tuning import AutoConcurrency, Controller
-from conveyor.worker.waiting import Blocker, advance
+from conveyor.worker.waiting import Blocker
 
 log = logging.getLogger("conveyor.worker")
 
@@ -107,7 +107,7 @@ class WorkerSettings:
         return self.heartbeat_interval or self.lease / 3
 
 
-class Worker:
+class Worker(ClaimLoop):
     """Runs the handlers of `tasks` for jobs of its queue; given the Tasks of
     several queues, serves them in order (strict, or by settings.weights),
     each task only on its own queue."""
@@ -389,16 +389,6 @@ class Worker:
             *(lane.jobs.shut_down(grace=grace, hard_stop=hard_stop) for lane in self._lanes)
         )
 
-    @property
-    def _in_flight(self) -> int:
-        """Leases held here (claimed, running or awaiting acknowledgement),
-        in all its queues: what claims are bounded by, and what `alone` and
-        idleness mean."""
-        lanes = self._lanes
-        if len(lanes) == 1:
-            return lanes[0].jobs.holding
-        return sum(lane.jobs.holding for lane in lanes)
-
     def _died(self, task: asyncio.Task[Any]) -> None:
         """A runner or the ack writer must never end on its own: if one does,
         say why and stop the worker rather than run on as a black hole."""
@@ -407,256 +397,6 @@ class Worker:
         log.critical("worker task ended unexpectedly: %r; stopping", task.exception())
         self.stop()
         self.stop()
-
-    async def _claim_loop(self) -> None:
-        delay = 0.05
-        woken: tuple[ops.ClaimReply, int] | None = None  # the claim that rode behind a wait
-        while not self._stopping:
-            if self._suspect is not None:  # it runs alone: no claims beside it
-                await self._until_idle()
-                continue
-            concurrency = self._capacity()
-            low_water = max(1, concurrency // 2)
-            free = concurrency - self._load
-            if woken is None and free < low_water and self._in_flight:
-                woken = await self._wait_for_slots()
-                continue
-            try:
-                if woken is not None:
-                    (reply, count), woken = woken, None
-                elif len(self._lanes) == 1:
-                    count = self._claim_count(free)
-                    reply = await self._claim(count)
-                else:
-                    count = self._claim_count(free)
-                    reply = await self._turns.claim(count, self._claim, self._held_back)
-                delay = 0.05
-                if self._auto is not None:
-                    self._auto.saw(self._in_flight)
-            except (ConveyorError, redis.RedisError) as exc:
-                # never exit on a failed claim: Redis may be back, or the
-                # script refused one bad record and the next call goes on
-                log.warning("could not claim jobs (%s); trying again", exc)
-                await asyncio.sleep(delay * (1 + random.random()))
-                delay = min(delay * 2, 5.0)
-                continue
-            if self._back_to_top(reply, count):
-                continue
-            if reply.held and self._in_flight:
-                # a job whose worker died with it waits for a worker that runs
-                # nothing else: let ours end, then claim it alone
-                await self._until_idle()
-                continue
-            if self.settings.burst and self._drained(reply):
-                if any(lane.jobs.held for lane in self._lanes):
-                    # outcomes still to be written may make a flow's parent ready: write
-                    # them, then claim again
-                    await asyncio.gather(*(lane.jobs.outcomes_written() for lane in self._lanes))
-                    continue
-                return
-            if self.settings.burst and self._in_flight and reply.next_due_ms is None:
-                # draining: the next thing that can change is a job of ours
-                # ending (a block on Redis would sit out idle_wait after it)
-                await self._until_one_ends()
-                continue
-            # nothing more is claimable now (claim.lua's marker says when it is)
-            woken = await self._wait_for_work(reply)
-
-    async def _wait_for_slots(self) -> tuple[ops.ClaimReply, int] | None:
-        """Wait until a slot frees; meanwhile a claim may ride behind the
-        outcomes being written (_ride). Returns that claim's reply, if one did."""
-        self._parked = True
-        try:
-            while True:
-                self._slot_freed.clear()
-                await self._slot_freed.wait()
-                if self._riding is None or self._stopping:
-                    break  # no claim in flight behind outcomes: the loop may claim
-        finally:
-            self._parked = False
-        rode, self._rode = self._rode, None
-        return rode
-
-    def _ride(self, acked: int) -> Ride | None:
-        """A claim to send behind `acked` outcomes in their pipeline, while the
-        claim loop waits for slots: Redis frees those first, so the claim is
-        sized as if they were free and the worker never holds more than its
-        concurrency. One at a time; only with one queue."""
-        if not self._parked or self._riding is not None or self._stopping:
-            return None
-        capacity = self._capacity()
-        free = capacity - self._load + acked
-        if self._suspect is not None or free < max(1, capacity // 2):
-            return None
-        lane = self._lanes[0]
-        count = self._claim_count(free)
-        call = self._claim_call(lane, count)
-        self._riding = call
-
-        def landed(result: Any) -> None:
-            self._riding = None
-            if not isinstance(result, BaseException):
-                try:
-                    self._rode = (self._claimed(lane, call, result), count)
-                except Exception:  # its leases lapse; the reaper hands the jobs on
-                    log.exception("could not take in the jobs of a claim")
-            self._slot_freed.set()
-
-        return Ride(call, landed)
-
-    def _back_to_top(self, reply: ops.ClaimReply, count: int) -> bool:
-        """After a claim that leased jobs: claim again (or wait for slots)
-        from the loop's top, rather than block? Yes after a full claim (more
-        may be ready), beside a suspect, or short of slots. A claim that took
-        fewer than it asked took all that was claimable (claim.lua sets the
-        marker otherwise), so the worker blocks at once: a job enqueued
-        meanwhile finds it waiting, not one round trip away."""
-        if not reply.jobs:
-            return False
-        if len(reply.jobs) >= count or len(self._lanes) > 1 or self._suspect is not None:
-            return True
-        capacity = self._capacity()
-        return capacity - self._load < max(1, capacity // 2)
-
-    @property
-    def _load(self) -> int:
-        """The capacity taken by held jobs (units of task size), in all queues."""
-        lanes = self._lanes
-        if len(lanes) == 1:
-            return lanes[0].jobs.load
-        return sum(lane.jobs.load for lane in lanes)
-
-    def _claim_count(self, free: int) -> int:
-        """Jobs to claim for `free` units: as many as fit if all were of
-        the largest size (so a claim overshoots by one job at most)."""
-        return max(1, free // self._largest)
-
-    def _capacity(self) -> int:
-        """How many jobs (units of task size) may run here now."""
-        return self.settings.concurrency if self._auto is None else self._auto.limit
-
-    async def _until_idle(self) -> None:
-        """Wait until no job runs here (or the worker stops)."""
-        while self._in_flight and not self._stopping:
-            self._slot_freed.clear()
-            await self._slot_freed.wait()
-        self._suspect = None
-
-    async def _until_one_ends(self) -> None:
-        """Wait until a job running here ends (or the worker stops)."""
-        self._slot_freed.clear()
-        if self._in_flight and not self._stopping:
-            await self._slot_freed.wait()
-
-    def _drained(self, reply: ops.ClaimReply) -> bool:
-        """Burst mode ends when nothing is ready or running here and no
-        delayed job (a retry, say) comes due within idle_wait."""
-        if self._in_flight:
-            return False
-        horizon = reply.now_ms + to_ms(self.settings.idle_wait)
-        return reply.next_due_ms is None or reply.next_due_ms > horizon
-
-    def _claim_call(self, lane: Lane, count: int) -> ops.Call:
-        core = lane.queue.core
-        return ops.claim(
-            core.keys,
-            worker_id=self.id,
-            count=count,
-            lease_ms=to_ms(self.settings.lease),
-            token=os.urandom(8).hex(),
-            promote=self.settings.promote_batch,
-            events_maxlen=core.settings.events_maxlen,
-            alone=not self._in_flight,
-        )
-
-    async def _claim(self, count: int, lane: Lane | None = None) -> ops.ClaimReply:
-        lane = lane or self._lanes[0]
-        call = self._claim_call(lane, count)
-        return self._claimed(lane, call, await lane.queue.runner.run(call))
-
-    def _held_back(self, reply: ops.ClaimReply) -> bool:
-        """A suspect waits for this worker to be idle: claim nothing beside it."""
-        return reply.held and self._in_flight > 0
-
-    def _claimed(self, lane: Lane, call: ops.Call, raw: Any) -> ops.ClaimReply:
-        """Take in the jobs a claim leased."""
-        reply = ops.decode_claim(raw)
-        token = call.args[3]
-        assert isinstance(token, str)
-        jobs = lane.jobs
-        for claimed in reply.jobs:
-            if claimed.stalls:
-                self._suspect = claimed.id  # claim.lua gave it to us alone
-            jobs.accept(claimed, token, reply.now_ms)
-            if claimed.schedule:
-                self._background(advance(lane.queue, claimed, reply.now_ms))
-        return reply
-
-    def _background(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._side_tasks.add(task)
-        task.add_done_callback(self._side_tasks.discard)
-        task.add_done_callback(log_failure)
-
-    async def _wait_for_work(self, reply: ops.ClaimReply) -> tuple[ops.ClaimReply, int] | None:
-        """Block on the wake marker until an enqueue, the next due time, or
-        idle_wait — whichever comes first. No polling. Returns the claim that
-        rode behind the wait and the count it asked for, if one did."""
-        timeout = self.settings.idle_wait
-        if reply.next_due_ms is not None:
-            timeout = min(timeout, max(0.001, (reply.next_due_ms - reply.now_ms) / 1000))
-        if self.settings.burst and not self._in_flight and reply.next_due_ms is None:
-            timeout = min(timeout, 0.05)
-        if self._stopping:
-            return None
-        self._wait_task = asyncio.create_task(self._block(timeout))
-        try:
-            claimed: tuple[ops.ClaimReply, int] | None = await self._wait_task
-            return claimed
-        except asyncio.CancelledError:
-            if not self._stopping:
-                raise
-        except redis.RedisError as exc:
-            log.warning("could not wait for jobs on Redis (%s); trying again", exc)
-            await asyncio.sleep(0.1 + random.random() * 0.4)
-        finally:
-            self._wait_task = None
-        return None
-
-    async def _block(self, timeout: float) -> tuple[ops.ClaimReply, int] | None:
-        """Block until woken; over the lean wire a claim rides behind the
-        blocking pop in the same write, so Redis runs it the moment the pop
-        returns: no round trip between waking and leasing. A claim refused
-        (NOSCRIPT after a Redis restart, say) is simply left to the next
-        claim of the loop."""
-        if len(self._lanes) > 1:
-            await self._turns.block(self._blocker, timeout, self._woken)
-            return None
-        lane = self._lanes[0]
-        keys = lane.queue.core.keys
-        pop = (keys.marker, keys.wake(self.id), timeout)
-        count = self._claim_count(self._capacity() - self._load)
-        call = self._claim_call(lane, count)
-        script = lane.queue.core.scripts["claim"]
-        replies = await self._blocker.bzpopmin_then(pop, script.sha, call)
-        claimed = None
-        if replies is None:
-            popped = await self._blocker.bzpopmin(*pop)
-        else:
-            popped = replies[0]
-            if not isinstance(replies[1], Exception):
-                claimed = (self._claimed(lane, call, replies[1]), count)
-        self._woken(lane, popped)
-        return claimed
-
-    def _woken(self, lane: Lane, popped: Any) -> None:
-        """What woke us: `abort=<id>` on our wake key is a client's abort
-        of a job we hold (abort.lua); anything else only ends the wait."""
-        if not popped or isinstance(popped, Exception):
-            return
-        member = ops.text(popped[1])
-        if member.startswith("abort="):
-            lane.jobs.abort([member.removeprefix("abort=")])
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
