@@ -277,23 +277,20 @@ def _fetch_rows(
     return flat
 
 
-def _may_have_pieces(data: Any) -> bool:
-    if data is None:
-        return False
-    if isinstance(data, bytes):
-        return len(data) >= FIRST_PIECE_MIN
-    return len(data) * 4 >= FIRST_PIECE_MIN and len(str(data).encode()) >= FIRST_PIECE_MIN
-
-
 def _join_pieces(
     client: redis.Redis, pattern: str, flat: list[Any], width: int, data_at: int
 ) -> None:
     """Makes the data at `data_at` of every `width`-entry row of `flat` whole. The pieces
     of a row that may have more are all read again together, so that a record rewritten
-    since the first read still gives the data of one version."""
-    candidates = [
-        k * width for k, data in enumerate(flat[data_at::width]) if _may_have_pieces(data)
-    ]
+    since the first read still gives the data of one version. The rows are found in
+    Arrow (the lengths of a page's data at once: a Python test per row was a fifth of
+    the reader's own time)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lengths = pc.binary_length(pa.array(flat[data_at::width], pa.binary()))
+    long = pc.fill_null(pc.greater_equal(lengths, FIRST_PIECE_MIN), False)
+    candidates = [k * width for k in pc.indices_nonzero(long).to_pylist()]
     if not candidates:
         return
     pipe = client.pipeline(transaction=False)
