@@ -292,13 +292,10 @@ def summarize(
     jobs = None
     if parts:
         jobs = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
-        # read twice (the stats, then the wait by time bucket): cached, so that the scan
-        # and the shuffle of dropDuplicates run once
         jobs = (
             jobs.dropDuplicates(["queue", "id", "finished_at"])
             .withColumn("wait", _seconds("started_at", "run_at"))
             .withColumn("run", _seconds("finished_at", "started_at"))
-            .cache()
         )
     summary: dict[str, Any] = {
         "report_version": REPORT_VERSION,
@@ -310,7 +307,8 @@ def summarize(
         timed = events.select(
             F.col("event").alias("kind"), F.unix_micros("at").alias("us"), "error"
         )
-    elif jobs is not None:  # no events: finish times and errors of the (cached) jobs
+    elif jobs is not None:  # no events: finish times and errors of the jobs, read twice
+        jobs = jobs.cache()
         timed = jobs.select(
             F.col("state").alias("kind"), F.unix_micros("finished_at").alias("us"), "error"
         )
