@@ -197,11 +197,10 @@ class JobsReader(DataSourceReader):
         schema = arrow_schema(self.schema)
         client = target.client()
         try:
-            for start in range(partition.start, partition.stop, self.config.page_size):
-                count = min(self.config.page_size, partition.stop - start)
-                flat = store.fetch_jobs(
-                    client, keys, partition.key, partition.state, fetch, start, count
-                )
+            ranks = (partition.start, partition.stop)
+            for flat in store.fetch_pages(
+                client, keys, partition.key, partition.state, fetch, ranks, self.config.page_size
+            ):
                 if not flat:
                     return
                 batch = self._batch(flat, fetch, schema, partition.state)
