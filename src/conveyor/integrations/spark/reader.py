@@ -4,8 +4,9 @@ Planning (on the driver) never lists keys: it takes `ZCARD` of each requested st
 and splits the rank range [0, n) into partitions; the upper bound is frozen at planning, so
 jobs that arrive later are not read. Each task pages its ranks with one
 `SORT index BY nosort LIMIT .. GET ..` per page, the next page asked for while it builds the
-Arrow batch of the last one (in Spark's exact schema, column by column). A row is kept only if the record's state still matches the index it was found in, so
-a job is never read as two states; but the read is a per-page snapshot, not a point-in-time
+Arrow batch of the last one (in Spark's exact schema, column by column). A row is kept
+only if the record's state still matches the index it was found in, so a job is never read
+as two states; but the read is a per-page snapshot, not a point-in-time
 one: a job that changes state during the read may be missed.
 
 Filter pushdown (on by default; needs `spark.sql.python.filterPushdown.enabled`, which
