@@ -76,7 +76,7 @@ class Proto:
 
     def enqueue_skip(self, specs: Sequence[ops.JobSpec]) -> int:
         """Create each job unless its id exists; the number created."""
-        return int(self.run(ops.enqueue_skip(self.keys, specs, events_maxlen=MAXLEN)))
+        return ops.skip_created(self.run(ops.enqueue_skip(self.keys, specs, events_maxlen=MAXLEN)))
 
     def enqueue(
         self, job_id: str, task: str = "t", data: Any = None, **options: Any

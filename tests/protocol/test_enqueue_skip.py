@@ -59,6 +59,26 @@ def test_a_resend_creates_nothing_and_never_runs_a_finished_job_again(q: Proto) 
     assert q.job("c")["state"] == "completed"
 
 
+def test_the_reply_names_each_job_not_created_and_the_state_of_its_job(q: Proto) -> None:
+    """The count, then position and state of each job that was not created: an existing
+    job's state ('' for a record without one), `waiting` for an id created earlier in the call."""
+    q.put("c", "completed")
+    q.put("a", "active")
+    q.r.hset(q.keys.job("odd"), "task", "t")  # a record without a state (corrupt)
+    specs = [q.spec(job_id) for job_id in ("n1", "c", "n2", "a", "n1", "odd", "c")]
+    reply = q.run(ops.enqueue_skip(q.keys, specs, events_maxlen=MAXLEN))
+    assert [text(x) for x in reply] == [
+        "2", "2", "completed", "4", "active", "5", "waiting", "6", "", "7", "completed",
+    ]  # fmt: skip
+    assert [(e.outcome, e.state) for e in ops.decode_enqueue_skip(reply, 7)] == [
+        ("created", "waiting"), ("exists", "completed"), ("created", "waiting"),
+        ("exists", "active"), ("exists", "waiting"), ("exists", ""), ("exists", "completed"),
+    ]  # fmt: skip
+    assert q.run(ops.enqueue_skip(q.keys, specs[:1], events_maxlen=MAXLEN)) == [0, 1, b"waiting"]
+    with pytest.raises(ValueError, match="replied 3 items for 2 jobs"):
+        ops.decode_enqueue_skip([0, 1, b"waiting"], 2)
+
+
 def test_the_same_id_twice_in_one_call_is_created_once(q: Proto) -> None:
     assert q.enqueue_skip([q.spec("x", data=1), q.spec("x", data=2), q.spec("y")]) == 2
     assert q.job("x")["data"] == "1"
@@ -76,7 +96,7 @@ def test_a_created_id_leaves_no_stale_finished_entry(q: Proto) -> None:
 
 def test_a_big_call_and_its_stream_trim(q: Proto) -> None:
     specs = [q.spec(f"j{i}", data=i, priority=i % 3) for i in range(450)]
-    assert q.run(ops.enqueue_skip(q.keys, specs, events_maxlen=100)) == 450
+    assert q.run(ops.enqueue_skip(q.keys, specs, events_maxlen=100)) == [450]
     assert q.r.zcard(q.keys.ready) == 450
     first = [f"j{i}" for i in range(0, 450, 3)]
     assert q.members(q.keys.ready)[:150] == first  # priority 0, FIFO

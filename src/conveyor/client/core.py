@@ -51,6 +51,15 @@ from conveyor.timing import check_cron, check_tz, next_tick, upcoming
 
 MIN_SERVER = (6, 2, 0)
 EvictionCheck = Literal["error", "warn", "ignore"]
+# enqueue_many's rule for a given id that is already a job: "update" applies
+# enqueue's upsert rules (the default), "skip" leaves that job alone (enqueue_skip)
+IfExists = Literal["update", "skip"]
+# The options a job of enqueue_many(..., if_exists="skip") may take: the record
+# options enqueue_skip.lua writes (docs/protocol.md §6.1)
+SKIP_OPTIONS = frozenset(
+    {"id", "priority", "max_failures", "max_stalls", "min_backoff", "max_backoff", "timeout",
+     "result_ttl"}
+)  # fmt: skip
 
 
 class EnqueueOptions(TypedDict, total=False):
@@ -319,16 +328,24 @@ class QueueCore:
         return ops.resend_of_new(self.keys, call) if call.script == "enqueue_new" else call
 
     def enqueue_many_calls(
-        self, jobs: Iterable[JobRequest | tuple[str, Any]], chunk_size: int
+        self,
+        jobs: Iterable[JobRequest | tuple[str, Any]],
+        chunk_size: int,
+        if_exists: IfExists = "update",
     ) -> tuple[list[ops.Call], list[Sequence[str]]]:
         """The calls of a bulk enqueue, `chunk_size` jobs each, and each
         call's job ids. Every job is validated first: a bad one writes
         nothing. Jobs that are all plain go as enqueue_new calls built
         straight from their ids, tasks and data: no JobSpec or tuple per job
-        for the garbage collector to walk (bench/README.md, "Enqueue, bulk")."""
+        for the garbage collector to walk (bench/README.md, "Enqueue, bulk").
+        With if_exists="skip" every call is an enqueue_skip call."""
         if type(chunk_size) is not int or chunk_size < 1:
             raise ValidationError(f"chunk_size must be a positive int, got {chunk_size!r}")
+        if if_exists not in ("update", "skip"):
+            raise ValidationError(f"if_exists must be 'update' or 'skip', got {if_exists!r}")
         requests = _requests(jobs)
+        if if_exists == "skip":
+            return self._skip_calls(requests, chunk_size)
         flat = None
         if not any(r.options for r in requests):
             flat = self.specs.plain_many([r.task for r in requests], [r.data for r in requests])
@@ -344,8 +361,35 @@ class QueueCore:
         ]
         return calls, [flat[i : i + step : ops.NEW_ARITY] for i in starts]
 
-    def enqueued_many(self, ids: list[Sequence[str]], replies: list[Any]) -> list[Enqueued]:
+    def _skip_calls(
+        self, requests: Sequence[JobRequest], chunk_size: int
+    ) -> tuple[list[ops.Call], list[Sequence[str]]]:
+        """enqueue_skip calls of `chunk_size` jobs each. A job with an option
+        enqueue_skip does not take is refused before anything is built."""
+        for k, request in enumerate(requests):
+            refused = set(request.options) - SKIP_OPTIONS
+            if refused:
+                raise UnknownOptionError(
+                    f"job {k} ({request.task!r}): options if_exists='skip' cannot take: "
+                    f"{sorted(refused)}; it takes {sorted(SKIP_OPTIONS)}"
+                )
+        specs = self.specs.many([(r.task, r.data, r.options) for r in requests])
+        maxlen = self.settings.events_maxlen
+        chunks = [specs[i : i + chunk_size] for i in range(0, len(specs), chunk_size)]
+        calls = [ops.enqueue_skip(self.keys, c, events_maxlen=maxlen) for c in chunks]
+        return calls, [[s.id for s in c] for c in chunks]
+
+    def enqueued_many(
+        self, ids: list[Sequence[str]], replies: list[Any], if_exists: IfExists = "update"
+    ) -> list[Enqueued]:
         """What each call of enqueue_many_calls did, job by job."""
+        if if_exists == "skip":
+            name = self.name
+            return [
+                Enqueued(job_id, name, e.outcome, _job_state(e.state))
+                for i, r in zip(ids, replies, strict=True)
+                for job_id, e in zip(i, ops.decode_enqueue_skip(r, len(i)), strict=True)
+            ]
         return _refusing(
             [e for i, r in zip(ids, replies, strict=True) for e in self._enqueued(i, r)]
         )

@@ -25,6 +25,7 @@ from conveyor.client.core import (
     RESEND_DELAYS,
     Enqueued,
     EnqueueOptions,
+    IfExists,
     JobRequest,
     QueueCore,
     QueueSettings,
@@ -204,22 +205,34 @@ class Queue:
         return self.core.enqueued_one(job_id, reply)
 
     def enqueue_many(
-        self, jobs: Iterable[JobRequest | tuple[str, Any]], *, chunk_size: int = 500
+        self,
+        jobs: Iterable[JobRequest | tuple[str, Any]],
+        *,
+        chunk_size: int = 500,
+        if_exists: IfExists = "update",
     ) -> list[Enqueued]:
-        """Enqueue many jobs in pipelined chunks; every job is validated first."""
+        """Enqueue many jobs in pipelined chunks; every job is validated first.
+
+        `if_exists="skip"`: a job whose id is already a job of the queue (in
+        any state) is left alone, not updated, and reported with outcome
+        `exists` and that job's state; the others are created. Its jobs take
+        only `id` and the record options (SKIP_OPTIONS): any other option is
+        an UnknownOptionError, raised before anything is written."""
         if self.core.hooks.on_enqueue:
             requests = self.core.hooked_requests(jobs)
-            return self._enqueue_hooked(requests, chunk_size=chunk_size)
-        calls, ids = self.core.enqueue_many_calls(jobs, chunk_size)
+            return self._enqueue_hooked(requests, chunk_size=chunk_size, if_exists=if_exists)
+        calls, ids = self.core.enqueue_many_calls(jobs, chunk_size, if_exists)
         self.check()
-        return self.core.enqueued_many(ids, self._send_enqueues(calls))
+        return self.core.enqueued_many(ids, self._send_enqueues(calls), if_exists)
 
-    def _enqueue_hooked(self, requests: list[JobRequest], *, chunk_size: int) -> list[Enqueued]:
+    def _enqueue_hooked(
+        self, requests: list[JobRequest], *, chunk_size: int, if_exists: IfExists = "update"
+    ) -> list[Enqueued]:
         """Enqueue jobs that met before_enqueue, then tell after_enqueue."""
         try:
-            calls, ids = self.core.enqueue_many_calls(requests, chunk_size)
+            calls, ids = self.core.enqueue_many_calls(requests, chunk_size, if_exists)
             self.check()
-            done = self.core.enqueued_many(ids, self._send_enqueues(calls))
+            done = self.core.enqueued_many(ids, self._send_enqueues(calls), if_exists)
         except BaseException as exc:
             self.core.after_enqueue(requests, None, exc)
             raise

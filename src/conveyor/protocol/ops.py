@@ -175,6 +175,9 @@ class Enqueued:
     state: str
 
 
+_CREATED = Enqueued("created", "waiting")
+
+
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs ~2 µs more per claimed job
 class ClaimedJob:
     """A leased job as the claim script returned it; fields may be None when
@@ -297,7 +300,8 @@ def resend_of_new(keys: QueueKeys, call: Call) -> Call:
 
 def enqueue_skip(keys: QueueKeys, specs: Sequence[JobSpec], *, events_maxlen: int) -> Call:
     """Create each job unless its id exists (enqueue_skip.lua); every spec
-    must have `record_options()`. The reply is the number created."""
+    must have `record_options()`. The reply: the number created, then the
+    position and state of each job that was not (`decode_enqueue_skip`)."""
     args: list[Arg] = [events_maxlen]
     for spec in specs:
         opts = spec.record_options()
@@ -305,6 +309,22 @@ def enqueue_skip(keys: QueueKeys, specs: Sequence[JobSpec], *, events_maxlen: in
             raise ValueError(f"job {spec.id!r} has options enqueue_skip does not take")
         args.extend((spec.id, spec.task, spec.data, opts))
     return Call("enqueue_skip", enqueue_skip_keys(keys), tuple(args))
+
+
+def skip_created(reply: Sequence[Any]) -> int:
+    """The number of jobs an enqueue_skip call created."""
+    return int(reply[0])
+
+
+def decode_enqueue_skip(reply: Sequence[Any], jobs: int) -> list[Enqueued]:
+    """Per job of an enqueue_skip call of `jobs` jobs: created (state waiting), or
+    exists with the state of the job that stands for its id ('' if its record has none)."""
+    out = [_CREATED] * jobs
+    if len(reply) % 2 != 1 or (len(reply) - 1) // 2 + int(reply[0]) != jobs:
+        raise ValueError(f"enqueue_skip replied {len(reply)} items for {jobs} jobs")
+    for k in range(1, len(reply), 2):
+        out[int(reply[k]) - 1] = Enqueued("exists", text(reply[k + 1]))
+    return out
 
 
 @functools.lru_cache(maxsize=256)

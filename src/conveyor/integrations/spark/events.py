@@ -166,8 +166,10 @@ def _times(stream_ids: list[Any], kind: pa.DataType) -> pa.Array:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    ms = [int(s.split(b"-", 1)[0]) for s in stream_ids]
-    return pc.multiply(pa.array(ms, pa.int64()), 1000).cast(kind)
+    # "<ms>-<seq>": the ms part of every id at once (a split per id in Python cost as much)
+    text = pa.array(stream_ids, pa.binary()).cast(pa.string())
+    ms = pc.list_element(pc.split_pattern(text, "-", max_splits=1), 0).cast(pa.int64())
+    return pc.multiply(ms, 1000).cast(kind)
 
 
 def _check_schema(schema: StructType) -> None:

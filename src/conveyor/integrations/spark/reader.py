@@ -3,9 +3,10 @@
 Planning (on the driver) never lists keys: it takes `ZCARD` of each requested state's index
 and splits the rank range [0, n) into partitions; the upper bound is frozen at planning, so
 jobs that arrive later are not read. Each task pages its ranks with one
-`SORT index BY nosort LIMIT .. GET ..` per page and builds Arrow batches in Spark's exact
-schema. A row is kept only if the record's state still matches the index it was found in, so
-a job is never read as two states; but the read is a per-page snapshot, not a point-in-time
+`SORT index BY nosort LIMIT .. GET ..` per page, the next page asked for while it builds the
+Arrow batch of the last one (in Spark's exact schema, column by column). A row is kept
+only if the record's state still matches the index it was found in, so a job is never read
+as two states; but the read is a per-page snapshot, not a point-in-time
 one: a job that changes state during the read may be missed.
 
 Filter pushdown (on by default; needs `spark.sql.python.filterPushdown.enabled`, which
@@ -89,7 +90,7 @@ class ReadConfig:
         config = cls(
             target=target,
             states=tuple(states),
-            page_size=options.integer("pageSize", 2000, minimum=1),
+            page_size=options.integer("pageSize", 5000, minimum=1),
             rows_per_partition=options.integer("rowsPerPartition", 100_000, minimum=1),
             num_partitions=parts or None,
             pushdown=options.flag("filterPushdown", True),
@@ -197,11 +198,10 @@ class JobsReader(DataSourceReader):
         schema = arrow_schema(self.schema)
         client = target.client()
         try:
-            for start in range(partition.start, partition.stop, self.config.page_size):
-                count = min(self.config.page_size, partition.stop - start)
-                flat = store.fetch_jobs(
-                    client, keys, partition.key, partition.state, fetch, start, count
-                )
+            ranks = (partition.start, partition.stop)
+            for flat in store.fetch_pages(
+                client, keys, partition.key, partition.state, fetch, ranks, self.config.page_size
+            ):
                 if not flat:
                     return
                 batch = self._batch(flat, fetch, schema, partition.state)
@@ -217,35 +217,36 @@ class JobsReader(DataSourceReader):
         import pyarrow.compute as pc
 
         width = len(fetch) + 1
-        raw = with_record_defaults({name: flat[i + 1 :: width] for i, name in enumerate(fetch)})
-        raw["id"] = flat[0::width]
+        # each field as one Arrow array of the raw replies; every step below is vectorised
+        raw = with_record_defaults(
+            {name: pa.array(flat[i::width], pa.binary()) for i, name in enumerate(["id", *fetch])}
+        )
         rows = len(raw["id"])
         arrays = []
         for f in schema:
             if f.name == "queue":
-                arrays.append(pa.array([self.config.target.queue] * rows, f.type))
+                arrays.append(pa.repeat(pa.scalar(self.config.target.queue, f.type), rows))
             else:
                 arrays.append(column(raw[f.name], f))
-        keep = pc.equal(column(raw["state"], pa.field("state", pa.string())), state)
+        keep = pc.equal(raw["state"], state.encode())
         for name, bound in self.bounds.items():
             keep = pc.and_(keep, _in_bound(column(raw[name], pa.field(name, schema_ts())), bound))
         batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
         return batch.filter(pc.fill_null(keep, False))
 
 
-def with_record_defaults(raw: dict[str, list[Any]]) -> dict[str, list[Any]]:
+def with_record_defaults(raw: dict[str, pa.Array]) -> dict[str, pa.Array]:
     """A record leaves out the fields that hold their default (docs/protocol.md §4.1):
-    read them as that default, and a missing run_at as created_at."""
+    read them as that default, and a missing run_at as created_at (binary arrays)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     for name, values in raw.items():
         default = RECORD_DEFAULTS.get(name)
-        if default is not None:
-            text = str(default).encode()
-            raw[name] = [text if value is None else value for value in values]
-    if "run_at" in raw and "created_at" in raw:
-        raw["run_at"] = [
-            created if run_at is None else run_at
-            for run_at, created in zip(raw["run_at"], raw["created_at"], strict=True)
-        ]
+        if default is not None and values.null_count:
+            raw[name] = pc.fill_null(values, pa.scalar(str(default).encode(), pa.binary()))
+    if "run_at" in raw and "created_at" in raw and raw["run_at"].null_count:
+        raw["run_at"] = pc.coalesce(raw["run_at"], raw["created_at"])
     return raw
 
 

@@ -124,8 +124,9 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def column(values: Sequence[Any], field: pa.Field) -> pa.Array:
-    """An Arrow array of `field`'s type from Redis replies (bytes, str or None).
+def column(values: Sequence[Any] | pa.Array, field: pa.Field) -> pa.Array:
+    """An Arrow array of `field`'s type from Redis replies (bytes, str or None), or from
+    a binary array of them.
 
     Conversions run vectorised in Arrow: text is validated as UTF-8 once, numbers are parsed
     by Arrow's casts, and timestamps are epoch milliseconds scaled to microseconds.
@@ -134,7 +135,8 @@ def column(values: Sequence[Any], field: pa.Field) -> pa.Array:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    text = pa.array(values, type=pa.binary()).cast(pa.string())
+    raw = values if isinstance(values, pa.Array) else pa.array(values, type=pa.binary())
+    text = raw.cast(pa.string())
     kind = field.type
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         return text.cast(kind)

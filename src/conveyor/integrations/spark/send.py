@@ -137,8 +137,9 @@ class EnqueueSender:
                 self._send_again(group[i:])
                 return
             if chunk.script == "enqueue_skip":  # the number created; the others existed
-                self._count("created", reply)
-                self._count("skipped", chunk.count - reply)
+                created = ops.skip_created(reply)
+                self._count("created", created)
+                self._count("skipped", chunk.count - created)
                 continue
             for outcome in reply[0::2]:
                 self._count(text(outcome), 1)

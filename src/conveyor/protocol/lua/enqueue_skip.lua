@@ -19,7 +19,11 @@
 --   default: priority, max_failures, max_stalls, min_backoff, max_backoff,
 --   timeout, result_ttl (non-negative integers, ms for times).
 --
--- Returns the number of jobs created; the others existed (outcome `exists`).
+-- Returns an array: the number of jobs created, then for each job not
+-- created (outcome `exists`) its position in the call (1-based) and the
+-- state of the job that stands for its id: the record's `state` ('' when the
+-- record has none), or `waiting` for an id created earlier in the same call.
+-- All created: the array is just {count}.
 -- A malformed call (ARGV not 1 + 4k entries, an empty or over-long id or
 -- task, an unknown option or a value that is not a non-negative integer, a
 -- priority over 2^21) is refused with an error reply starting
@@ -76,8 +80,9 @@ end
 
 -- Pass 1, reads only: check every job and find those to create.
 local templates = {}  -- opts text -> parsed
-local seen = {}  -- ids earlier in this call
+local seen = {}  -- id -> the state of its job, for ids earlier in this call
 local new, new_keys = {}, {}  -- ARGV positions and record keys of the jobs to create
+local reply = {0}  -- the count, then position and state of each job not created
 for i = 2, #ARGV, ARITY do
   local id, task, opts = ARGV[i], ARGV[i + 1], ARGV[i + 3]
   if #id == 0 or #id > 256 then return refuse('job id of ' .. #id .. ' bytes') end
@@ -87,17 +92,26 @@ for i = 2, #ARGV, ARITY do
     if not parsed then return refuse(why) end
     templates[opts] = parsed
   end
-  if not seen[id] then
-    seen[id] = true
+  local state = seen[id]
+  if not state then
     local job_key = base .. 'job:' .. id
     if redis.call('EXISTS', job_key) == 0 then
       new[#new + 1] = i
       new_keys[#new_keys + 1] = job_key
+      seen[id] = 'waiting'
+    else
+      state = redis.call('HGET', job_key, 'state') or ''
+      seen[id] = state
     end
+  end
+  if state then
+    reply[#reply + 1] = (i - 2) / ARITY + 1
+    reply[#reply + 1] = state
   end
 end
 local count = #new
-if count == 0 then return 0 end
+if count == 0 then return reply end
+reply[1] = count
 
 -- Pass 2: write. (Written out: a loop or a call per job costs Redis time on
 -- every job: bench/README.md, "The enqueue script".)
@@ -142,4 +156,4 @@ if #ids > 0 then
 end
 wake(KEYS[4])
 if last % 64 < count then trim(KEYS[5], ARGV[1]) end
-return count
+return reply
