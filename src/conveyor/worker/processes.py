@@ -25,6 +25,7 @@ import logging
 import multiprocessing
 import signal
 import sys
+import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -81,8 +82,9 @@ class Order:
 
 # --- the child -----------------------------------------------------------------------------
 
-# a child's shared state: the last order it has passed (begun or skipped), and one taken back
-PASSED, WITHDRAWN = 0, 1
+# a child's shared state: the last order it has passed (begun or skipped), one taken back,
+# and when it began the last one it passed (time.monotonic_ns(): the host's monotonic clock)
+PASSED, WITHDRAWN, BEGUN_NS = 0, 1, 2
 DEPTH = 2  # jobs sent to a child at once: the one it runs and the next, waiting in its pipe
 
 
@@ -101,11 +103,13 @@ def child_main(conn: Connection, state: Any, max_tasks: int | None, max_memory: 
         if sent is None:
             return
         seq, order = sent
+        found = _handler(order, handlers)  # its module imported first: not the job's time
         with state.get_lock():  # against the parent's taking it back (Child.withdraw)
             state[PASSED] = seq
             if state[WITHDRAWN] == seq:
                 continue
-        outcome = _run_order(order, handlers, conn)
+            state[BEGUN_NS] = time.monotonic_ns()  # its timeout counts from here
+        outcome = _run_order(order, found, conn)
         done += 1
         peak = _peak_rss()
         leaving = (max_tasks is not None and done >= max_tasks) or (
@@ -116,9 +120,21 @@ def child_main(conn: Connection, state: Any, max_tasks: int | None, max_memory: 
             return
 
 
-def _run_order(
-    order: Order, handlers: dict[tuple[str, str, bool], Callable[[Any], Any]], conn: Connection
-) -> Ended:
+def _handler(
+    order: Order, handlers: dict[tuple[str, str, bool], Callable[[Any], Any]]
+) -> Callable[[Any], Any] | Exception:
+    """The order's handler (found once per child), or why it cannot be found."""
+    key = (order.module, order.task, order.failures)
+    found = handlers.get(key)
+    if found is None:
+        try:
+            found = handlers[key] = _find_handler(order)
+        except Exception as exc:  # the run fails with it, as if the handler had raised it
+            return exc
+    return found
+
+
+def _run_order(order: Order, fn: Callable[[Any], Any] | Exception, conn: Connection) -> Ended:
     ctx = JobContext(
         **order.job,
         report_progress=lambda _, fraction: conn.send(("progress", fraction)),
@@ -127,8 +143,8 @@ def _run_order(
     )
     set_current(ctx)
     try:
-        key = (order.module, order.task, order.failures)
-        fn = handlers.get(key) or handlers.setdefault(key, _find_handler(order))
+        if isinstance(fn, Exception):
+            raise fn
         result = fn(ctx.data)
         if asyncio.iscoroutine(result):
             result = asyncio.run(result)
@@ -193,7 +209,7 @@ class Child:
     def __init__(self, process: BaseProcess, conn: Connection, state: Any, pool: ProcessPool):
         self.process = process
         self.conn = conn
-        self.state = state  # [PASSED, WITHDRAWN], under its lock
+        self.state = state  # [PASSED, WITHDRAWN, BEGUN_NS], under its lock
         self._withdrawn = 0  # the last order taken back: one at a time, passed before the next
         self.line: deque[Ticket] = deque()
         self.dead = False
@@ -225,8 +241,27 @@ class Child:
             self.conn.send((ticket.seq, ticket.order))
 
     def _begun(self, ticket: Ticket) -> None:
+        """The ticket is first in line: its child begins it now, or has (sent ahead)."""
         if ticket.deadline is not None:  # the timeout counts from here, not from the wait
-            ticket.deadline.start(self._loop)
+            ticket.deadline.start(self._loop, lambda: self.began(ticket.seq))
+
+    def began(self, seq: int) -> float | None:
+        """When (loop time) the child began its order `seq`; None if it has
+        not (yet), or cannot say. A fresh child imports the handler's module
+        first, and a job sent ahead begins before the parent hears of it: the
+        parent's own moment is off by either."""
+        if self.dead or self.state is None:
+            return None
+        lock = self.state.get_lock()
+        if not lock.acquire(timeout=0.05):
+            return None
+        try:
+            if self.state[PASSED] != seq or self.state[WITHDRAWN] == seq:
+                return None
+            ago: float = (time.monotonic_ns() - int(self.state[BEGUN_NS])) / 1e9
+        finally:
+            lock.release()
+        return self._loop.time() - max(0.0, ago)
 
     def withdraw(self, ticket: Ticket) -> bool:
         """Take back a job sent but not begun; False if it has begun (or the
@@ -495,7 +530,7 @@ class ProcessPool:
 
     def _spawn(self) -> tuple[BaseProcess, Connection, Any]:
         parent_end, child_end = self._mp.Pipe()
-        state = self._mp.Array("q", 2)
+        state = self._mp.Array("q", 3)
         limits = self.settings
         process = self._mp.Process(
             target=child_main,

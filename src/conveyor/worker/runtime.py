@@ -265,7 +265,9 @@ class Worker:
         if not s.auto_concurrency:
             return None
         controller = Controller(low=s.min_concurrency, high=s.most_concurrency)
-        return AutoConcurrency(controller, lambda: self._in_flight)
+        return AutoConcurrency(
+            controller, lambda: self._in_flight, ended=lambda: self.processed + self.failed
+        )
 
     def _pool_settings(self) -> PoolSettings:
         s = self.settings
