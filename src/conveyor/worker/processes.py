@@ -23,6 +23,7 @@ import contextlib
 import importlib
 import logging
 import multiprocessing
+import select
 import signal
 import sys
 import time
@@ -102,7 +103,8 @@ def child_main(conn: Connection, state: Any, max_tasks: int | None, max_memory: 
             return
         if sent is None:
             return
-        seq, order = sent
+        seq, *fields = sent
+        order = Order(*fields)
         found = _handler(order, handlers)  # its module imported first: not the job's time
         with state.get_lock():  # against the parent's taking it back (Child.withdraw)
             state[PASSED] = seq
@@ -115,7 +117,8 @@ def child_main(conn: Connection, state: Any, max_tasks: int | None, max_memory: 
         leaving = (max_tasks is not None and done >= max_tasks) or (
             max_memory is not None and peak > max_memory
         )
-        conn.send(("done", outcome, peak, leaving))
+        # the common outcome as None: a dataclass pickles field by field, slowly
+        conn.send(("done", None if outcome is NOTHING else outcome, peak, leaving))
         if leaving:
             return
 
@@ -217,6 +220,13 @@ class Child:
         self._seq = 0
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(conn.fileno(), self.drain)
+        # whether more waits in the pipe: one poll object kept (Connection.poll
+        # builds a selector per call, a tenth of the parent's time per job)
+        self._ready: Callable[[], bool] = conn.poll
+        if hasattr(select, "poll"):
+            poller = select.poll()
+            poller.register(conn.fileno(), select.POLLIN)
+            self._ready = lambda: bool(poller.poll(0))
 
     @property
     def pid(self) -> int | None:
@@ -237,8 +247,10 @@ class Child:
         self.line.append(ticket)
         if len(self.line) == 1:
             self._begun(ticket)
+        order = ticket.order  # a tuple: a dataclass pickles field by field, slowly
+        sent = (ticket.seq, order.module, order.task, order.failures, order.job)
         with contextlib.suppress(OSError):  # it is gone: its reader reads what it sent, then EOF
-            self.conn.send((ticket.seq, ticket.order))
+            self.conn.send(sent)
 
     def _begun(self, ticket: Ticket) -> None:
         """The ticket is first in line: its child begins it now, or has (sent ahead)."""
@@ -286,7 +298,7 @@ class Child:
         pool gives it the next job in the same callback: no loop turn between jobs)."""
         while not self.dead:
             try:
-                if not self.conn.poll():
+                if not self._ready():
                     return
                 kind, *rest = self.conn.recv()
             except (EOFError, OSError):
@@ -299,10 +311,10 @@ class Child:
             else:
                 self.line[0].tell(kind, rest[0])
 
-    def _done(self, outcome: Ended, peak_rss: int, leaving: bool) -> None:
+    def _done(self, outcome: Ended | None, peak_rss: int, leaving: bool) -> None:
         ticket = self.line.popleft()
         if not ticket.outcome.done():
-            ticket.outcome.set_result(outcome)
+            ticket.outcome.set_result(NOTHING if outcome is None else outcome)
         if leaving:  # a limit recycles it: it begins nothing more
             self.dead = True
             self._loop.remove_reader(self.conn.fileno())
