@@ -155,8 +155,10 @@ def _cpu(url: str, mark_url: str, n: int, loops: int) -> dict[str, Any]:
     marks = Marks(mark_url)
     conveyor = [sys.executable, "-m", "conveyor.integrations.cli", "worker"]
     with Queue("bench-exec", url=url) as queue:
+        # -c: four times --processes, as the README tells users (at twice, a child often
+        # finishes before its next job is claimed: a slot frees only once its outcome is written)
         out["conveyor"] = _drain(
-            [*conveyor, "bench.execution_tasks:tasks", "--url", url, "-c", "4", "--processes", "2"],
+            [*conveyor, "bench.execution_tasks:tasks", "--url", url, "-c", "8", "--processes", "2"],
             env, marks, n, lambda: queue.enqueue_many([("cpu", None)] * n),
         )  # fmt: skip
     peer = PEER_VENV / "bin"
