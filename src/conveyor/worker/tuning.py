@@ -26,8 +26,9 @@ its child processes take, and moves the limit between `low` and `high`:
   completion rate rose by at least `payoff` of the share of slots added
   (slots that bring work to a CPU with room to spare pay); else it gives
   them back and does not probe for `patience` ticks. While its last probe
-  paid, a host over the band is its own doing and no reason to fall: it
-  falls only above the ceiling then. A CPU target of 90% alone left a tenth
+  paid, a host over the band is its own doing and no reason to fall, unless
+  the others' share of the host (the host's use less its own) has grown by
+  more than the band since: then it falls as above. A CPU target of 90% alone left a tenth
   of the host idle where more slots still raised throughput (a CPU/IO mix
   held 53 slots at 88% of the host, 0.78 of the best fixed concurrency);
 - else it holds. The dead band, the cooldown after a fall and a probe's
@@ -72,7 +73,7 @@ class Controller:
     _ready: int = field(default=0, init=False)  # ticks in a row a rise was warranted
     _fell: bool = field(default=False, init=False)  # it fell once: careful steps from then on
     confirm: int = 2  # ticks in a row a rise must be warranted (after the first fall)
-    ceiling: float = 0.98  # the host's CPU above which it always falls, and never probes
+    ceiling: float = 0.98  # the host's CPU a probe may not take it past
     probe_step: float = 0.1  # a probe's share of more slots
     payoff: float = 0.4  # of the share of slots added, the share of completions it must add
     settle: int = 2  # ticks of completions counted at a limit (the first one after a move left out)
@@ -81,7 +82,8 @@ class Controller:
     _probe: tuple[int, float] | None = field(default=None, init=False)  # limit, rate before it
     _paid: bool = field(default=False, init=False)  # the last probe paid: the load is ours
     _wait: int = field(default=0, init=False)  # ticks left without a probe
-    _strikes: int = field(default=0, init=False)  # falls since the last probe that paid
+    _own: float | None = field(default=None, init=False)  # the smoothed own share
+    _others: float = field(default=0.0, init=False)  # others' share when the last probe paid
 
     def __post_init__(self) -> None:
         if not 1 <= self.low <= self.high:
@@ -103,20 +105,25 @@ class Controller:
 
     def _step(self, reading: Reading) -> int:
         host = self._host = self._average(self._host, reading.host)
+        own = self._own = self._average(self._own, reading.own)
         if reading.running:  # the cost of a job does not change with the limit: no lag
             self._cost = self._average(self._cost, reading.own / reading.running)
-        ours = self._paid or self._probe is not None  # the load over the band is our doing
-        over = host > self.ceiling or (host > self.target + self.band and not ours)
+        # the load over the band is this worker's doing: a probe runs, or the last one paid
+        # and the others' share of the host has not grown since
+        others = host - own
+        ours = self._probe is not None or (self._paid and others <= self._others + self.band)
         if self._probe is not None and host > self.ceiling:
             self._give_back()  # a probe too far: back to where it started
-        elif over and self.limit > self.low and not self._quiet:
+        elif (
+            host > self.target + self.band
+            and not ours
+            and self.limit > self.low
+            and not self._quiet
+        ):
             self.limit = max(self.low, self.limit - self._fall(host))
             self._quiet = self.cooldown + 1
             self._fell = True
-            self._probe = None
-            # over the ceiling once is a probe too far; twice in a row, others load the host
-            self._strikes += 1
-            self._paid = self._paid and self._strikes < 2
+            self._paid = False
         elif self._probe is not None:
             self._judge_probe(reading)
         elif self._may_rise(host, reading):
@@ -163,7 +170,8 @@ class Controller:
         added = (self.limit - before) / before
         if now >= rate * (1 + self.payoff * added):
             self._probe = None
-            self._paid, self._strikes = True, 0
+            self._paid = True
+            self._others = max(0.0, (self._host or 0.0) - (self._own or 0.0))
         else:
             self._give_back()
 
@@ -177,13 +185,11 @@ class Controller:
 
     def _fall(self, host: float) -> int:
         """The jobs over the target at their cost (one at least), but a fifth
-        of the limit at most: the excess may not be ours. Over the band after
-        probes that paid, only those over the ceiling."""
+        of the limit at most: the excess may not be ours."""
         most = max(1, math.ceil(self.limit / 5))
         if not self._cost:
             return most
-        goal = self.ceiling if self._paid or self._probe is not None else self.target
-        return min(most, max(1, math.ceil((host - goal) / self._cost)))
+        return min(most, max(1, math.ceil((host - self.target) / self._cost)))
 
     def _start_step(self, host: float, reading: Reading) -> int:
         """The jobs that fit under the target at their cost (one at least),
