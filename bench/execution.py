@@ -155,8 +155,10 @@ def _cpu(url: str, mark_url: str, n: int, loops: int) -> dict[str, Any]:
     marks = Marks(mark_url)
     conveyor = [sys.executable, "-m", "conveyor.integrations.cli", "worker"]
     with Queue("bench-exec", url=url) as queue:
+        # -c: four times --processes, as the README tells users (at twice, a child often
+        # finishes before its next job is claimed: a slot frees only once its outcome is written)
         out["conveyor"] = _drain(
-            [*conveyor, "bench.execution_tasks:tasks", "--url", url, "-c", "4", "--processes", "2"],
+            [*conveyor, "bench.execution_tasks:tasks", "--url", url, "-c", "8", "--processes", "2"],
             env, marks, n, lambda: queue.enqueue_many([("cpu", None)] * n),
         )  # fmt: skip
     peer = PEER_VENV / "bin"
@@ -221,8 +223,11 @@ def _timeouts(url: str, mark_url: str, count: int) -> dict[str, Any]:
         start = None if record is None else started.get(round(float(record.data), 6))
         if record is None or record.finished_at is None or start is None:
             continue
+        # the worker counts the timeout from the moment the child begins the job (after it
+        # imported the handler's module), a few microseconds before the handler's mark: before
+        # it counted from the hand-off to a fresh child, and this came out negative
         deadline = start + timeout
-        to_failed.append(record.finished_at.timestamp() - deadline)
+        to_failed.append(record.finished_at.timestamp() - deadline)  # Redis's clock, same host
         later = [s for s in ordered if s > start]
         if later:
             to_next.append(later[0] - deadline)

@@ -163,6 +163,26 @@ def test_the_timeout_counts_from_when_a_child_takes_the_job(
     assert sync_queue.wait_result(first.id, timeout=30) in _pids(worker)
 
 
+def test_the_timeout_counts_from_when_the_child_begins_after_importing_the_handler(
+    redis_url: str, queue_name: str, sync_queue: Queue, worker_runner: WorkerRunner
+) -> None:
+    """A fresh child imports the handler's module (0.4 s here) before it
+    begins the first job: 0.3 s of run under a 0.5 s timeout is in time,
+    though 0.7 s pass from the job's hand-off to its end."""
+    from support import slow_import_app
+
+    tasks = Tasks(queue_name, url=redis_url)
+    tasks.handlers.update(slow_import_app.tasks.handlers)
+    worker = worker_runner.start(tasks, concurrency=1, processes=1)
+    wait_until(lambda: len(_pids(worker)) == 1, timeout=30)
+    job = sync_queue.enqueue("naps", 0.3, timeout=0.5)
+    assert sync_queue.wait_result(job.id, timeout=30) in _pids(worker)
+    stuck = sync_queue.enqueue("naps", 5, timeout=0.5)  # the timeout still stops a run
+    with pytest.raises(JobFailedError) as failure:
+        sync_queue.wait_result(stuck.id, timeout=30)
+    assert failure.value.error.startswith("JobTimeoutError")
+
+
 def test_a_child_writes_the_jobs_log_and_checkpoint_through_the_parent(
     tasks: Tasks, sync_queue: Queue, worker_runner: WorkerRunner
 ) -> None:

@@ -181,3 +181,101 @@ def test_a_heavy_job_takes_the_room_of_several_light_ones(
         sum(1 for s2, e2 in spans["light"] if s2 < e and e2 > s) for s, e in spans["light"]
     )
     assert overlaps >= 2  # light jobs did share the room
+
+
+def _mix(
+    controller: Controller,
+    ticks: int,
+    *,
+    per_slot: float,
+    knee: int,
+    cost: float,
+    noise: float,
+    others: float = 0.0,
+) -> list[int]:
+    """A closed loop with completions: every slot is used; the completions of a
+    tick grow with the slots up to `knee` (then no more: the slots over it wait),
+    each slot takes `cost` of the host up to the knee, other processes take
+    `others`; seeded noise on both."""
+    rng = random.Random(11)
+    limits = []
+    for _ in range(ticks):
+        running = controller.limit
+        busy = min(running, knee)
+        host = min(1.0, others + busy * cost + rng.uniform(-noise, noise))
+        done = round(busy * per_slot * (1 + rng.uniform(-noise, noise)))
+        limits.append(controller.step(Reading(max(0.0, host), busy * cost, running, done)))
+    return limits
+
+
+def test_slots_that_raise_completions_are_kept_past_the_cpu_target() -> None:
+    """A CPU/IO mix (recorded shape: 53 slots held the host at 88%, and 64 did
+    more): the CPU rule stops under the band, the probes go on while each
+    tenth more slots brings more completions, up to the maximum."""
+    controller = Controller(low=1, high=64)
+    limits = _mix(controller, 80, per_slot=8.0, knee=100, cost=0.014, noise=0.01, others=0.07)
+    assert max(limits[:6]) <= 60  # (0.9 - 0.07) / 0.014 = 59: where the CPU rule alone stops
+    assert limits[-1] == 64 and limits.index(64) < 20  # reached within 10 s of 0.5 s ticks
+    assert set(limits[limits.index(64) :]) == {64}  # and kept
+    assert _turns(limits) == 0  # never down on the way
+
+
+def test_probes_stop_short_of_a_saturated_host_without_a_saw_tooth() -> None:
+    """Each slot more still adds completions, but the host reaches its ceiling
+    near 66 slots: a probe that takes it past is given back at once, none
+    starts over the ceiling, and its own load there is no reason to fall."""
+    controller = Controller(low=1, high=128)
+    limits = _mix(controller, 400, per_slot=8.0, knee=200, cost=0.014, noise=0.01, others=0.05)
+    assert 74 not in limits[15:]  # the probe to 74 (host at 1.0) was given back at once
+    settled = limits[20:]
+    assert min(settled) >= 60 and max(settled) <= 68  # (0.98 - 0.05) / 0.014 = 66
+    assert _turns(settled) == 0
+
+
+def test_a_probe_that_brings_no_completions_is_given_back_and_not_tried_again_soon() -> None:
+    """Past the knee (slots wait on a saturated CPU) more slots bring nothing:
+    the probe's slots go back, and the next probe waits `patience` ticks."""
+    controller = Controller(low=1, high=200, patience=20)
+    limits = _mix(controller, 120, per_slot=8.0, knee=58, cost=0.0155, noise=0.0)
+    assert min(limits[60:]) >= 58 - 1  # settles at the knee (its probe given back)
+    assert max(limits[60:]) <= 64  # a probe at most a tenth over it
+    probes = [b for a, b in zip(limits, limits[1:], strict=False) if b > a and a >= 58]
+    assert 1 <= len(probes) <= 120 // 20  # one per patience at most
+
+
+def test_after_a_probe_paid_it_falls_only_when_others_take_more_of_the_host() -> None:
+    """Over the band by its own load (a probe paid at it) it holds, even at
+    100%; when the others' share (host less its own) grows, it falls."""
+    controller = Controller(low=1, high=64, cooldown=2)
+    controller.limit = 50
+    controller._paid, controller._others = True, 0.05  # a probe paid with others at 5%
+    for _ in range(5):
+        assert controller.step(Reading(host=1.0, own=0.94, running=50)) == 50
+    fallen = controller.step(Reading(host=1.0, own=0.7, running=50))  # others: 0.3 at once
+    fallen = controller.step(Reading(host=1.0, own=0.7, running=50))  # smoothed: over the band
+    assert fallen < 50 and not controller._paid
+    controller = Controller(low=1, high=64, cooldown=2)
+    controller.limit = 50  # no probe paid: over the band is over the target
+    assert controller.step(Reading(host=0.97, own=0.9, running=50, completed=400)) < 50
+
+
+def test_a_probe_with_short_work_says_nothing_and_keeps_its_slots() -> None:
+    controller = Controller(low=1, high=64)
+    controller.limit = 40
+    for _ in range(3):  # in the band, every slot used, completions counted
+        controller.step(Reading(host=0.87, own=0.8, running=40, completed=300))
+    assert controller.step(Reading(host=0.87, own=0.8, running=40, completed=300)) == 44
+    assert controller.step(Reading(host=0.87, own=0.8, running=30, completed=100)) == 44
+    assert not controller._paid and controller._probe is None
+
+
+def test_without_completion_counts_it_never_probes() -> None:
+    controller = Controller(low=1, high=64)
+    controller.limit = 40
+    for _ in range(30):
+        assert controller.step(Reading(host=0.87, own=0.8, running=40)) == 40
+
+
+def test_a_ceiling_under_the_target_is_refused() -> None:
+    with pytest.raises(ValueError):
+        Controller(low=1, high=4, target=0.9, ceiling=0.8)

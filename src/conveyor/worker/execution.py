@@ -219,20 +219,29 @@ class Deadline:
         self.started = started
         self.stalls = stalls
         self._handle: asyncio.TimerHandle | None = None
+        # a process run: when its child really began it (loop time), None until it has
+        self._began: Callable[[], float | None] | None = None
 
     def due(self, now: float) -> float | None:
         timeout = self.running.timeout
         if timeout is None:
             return None
+        started = self.started
+        if self._began is not None:  # read only when the deadline comes: a lock in shared memory
+            started = self._began() or started
         credit = 0.0
         if self.stalls is not None:
-            credit = self.stalls.credit(self.running.ctx.id, self.started, now)
-        return self.started + timeout + credit
+            credit = self.stalls.credit(self.running.ctx.id, started, now)
+        return started + timeout + credit
 
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The run starts now (a child took it): count from here."""
+    def start(
+        self, loop: asyncio.AbstractEventLoop, began: Callable[[], float | None] | None = None
+    ) -> None:
+        """The run starts now (a child took it): count from here, or, once
+        the child says when it began the job (`began`), from then."""
         self.disarm()
         self.started = loop.time()
+        self._began = began
         self.arm(loop)
 
     def arm(self, loop: asyncio.AbstractEventLoop) -> None:

@@ -132,6 +132,8 @@ class JobPool:
         self._handlers = handlers
         self._policies = policies(handlers, queue.core)  # the tasks' run-time options
         self._policy_calls: dict[str, ops.Call] = {}
+        self._unsent_policies: list[str] = []  # jobs accepted whose policy call is not sent yet
+        self._policy_replies: dict[str, tuple[asyncio.Future[list[Any]], int]] = {}
         self._concurrency = concurrency
         self._lease = lease
         self._freed = freed  # set whenever a job finishes or a lease is let go
@@ -267,6 +269,7 @@ class JobPool:
             self._policy_calls[claimed.id] = policy_call(
                 self._queue.core, claimed.id, token, policy
             )
+            self._unsent_policies.append(claimed.id)
         running = Running(ctx, timeout_ms / 1000 if timeout_ms > 0 else None, handler, problem)
         self.held[claimed.id] = running
         self.in_flight += 1
@@ -319,11 +322,35 @@ class JobPool:
             running, self._executor, self._inbox.hand_on, self._watchdog.stalls, self.processes
         )
 
+    def _send_policies(self) -> None:
+        """Send the policy calls of every job accepted so far in one round
+        trip (a claim's jobs are all accepted before the first one runs)."""
+        ids, self._unsent_policies = self._unsent_policies, []
+        ids = [i for i in ids if i in self._policy_calls]  # not given back meanwhile
+        if not ids:
+            return
+        sent = asyncio.ensure_future(
+            self._queue.runner.run_many([self._policy_calls[i] for i in ids])
+        )
+        sent.add_done_callback(_seen)  # each job's runner reads it, or falls back on its own
+        for position, job_id in enumerate(ids):
+            self._policy_replies[job_id] = (sent, position)
+
     async def _apply_policy(self, running: Running) -> None:
         """Give the job its task's options where it carries none (policy.py)."""
-        call = self._policy_calls.pop(running.ctx.id)
+        job_id = running.ctx.id
+        if job_id in self._unsent_policies:
+            self._send_policies()
+        call = self._policy_calls.pop(job_id)
         try:
-            timeout_ms = ops.decode_policy(await self._queue.runner.run(call))
+            sent = self._policy_replies.pop(job_id, None)
+            try:
+                raw = None if sent is None else (await asyncio.shield(sent[0]))[sent[1]]
+            except ConveyorError:  # the batch was refused: this job's call alone
+                raw = None
+            if raw is None:
+                raw = await self._queue.runner.run(call)
+            timeout_ms = ops.decode_policy(raw)
         except ConveyorError as exc:  # Redis away: the job runs on the options it carries
             log.warning("job %s: task options not applied (%s)", running.ctx.id, exc)
             return
@@ -552,6 +579,12 @@ def _headers(text: str) -> dict[str, str] | None:
     except ValueError:
         return None  # not for the run to fail on: the job's data is what it needs
     return headers if isinstance(headers, dict) else None
+
+
+def _seen(future: asyncio.Future[Any]) -> None:
+    """Mark a shared future's exception as seen (its users read it, or not)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def log_failure(future: Any) -> None:

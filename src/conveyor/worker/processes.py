@@ -23,8 +23,10 @@ import contextlib
 import importlib
 import logging
 import multiprocessing
+import select
 import signal
 import sys
+import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -81,8 +83,9 @@ class Order:
 
 # --- the child -----------------------------------------------------------------------------
 
-# a child's shared state: the last order it has passed (begun or skipped), and one taken back
-PASSED, WITHDRAWN = 0, 1
+# a child's shared state: the last order it has passed (begun or skipped), one taken back,
+# and when it began the last one it passed (time.monotonic_ns(): the host's monotonic clock)
+PASSED, WITHDRAWN, BEGUN_NS = 0, 1, 2
 DEPTH = 2  # jobs sent to a child at once: the one it runs and the next, waiting in its pipe
 
 
@@ -100,25 +103,41 @@ def child_main(conn: Connection, state: Any, max_tasks: int | None, max_memory: 
             return
         if sent is None:
             return
-        seq, order = sent
+        seq, *fields = sent
+        order = Order(*fields)
+        found = _handler(order, handlers)  # its module imported first: not the job's time
         with state.get_lock():  # against the parent's taking it back (Child.withdraw)
             state[PASSED] = seq
             if state[WITHDRAWN] == seq:
                 continue
-        outcome = _run_order(order, handlers, conn)
+            state[BEGUN_NS] = time.monotonic_ns()  # its timeout counts from here
+        outcome = _run_order(order, found, conn)
         done += 1
         peak = _peak_rss()
         leaving = (max_tasks is not None and done >= max_tasks) or (
             max_memory is not None and peak > max_memory
         )
-        conn.send(("done", outcome, peak, leaving))
+        # the common outcome as None: a dataclass pickles field by field, slowly
+        conn.send(("done", None if outcome is NOTHING else outcome, peak, leaving))
         if leaving:
             return
 
 
-def _run_order(
-    order: Order, handlers: dict[tuple[str, str, bool], Callable[[Any], Any]], conn: Connection
-) -> Ended:
+def _handler(
+    order: Order, handlers: dict[tuple[str, str, bool], Callable[[Any], Any]]
+) -> Callable[[Any], Any] | Exception:
+    """The order's handler (found once per child), or why it cannot be found."""
+    key = (order.module, order.task, order.failures)
+    found = handlers.get(key)
+    if found is None:
+        try:
+            found = handlers[key] = _find_handler(order)
+        except Exception as exc:  # the run fails with it, as if the handler had raised it
+            return exc
+    return found
+
+
+def _run_order(order: Order, fn: Callable[[Any], Any] | Exception, conn: Connection) -> Ended:
     ctx = JobContext(
         **order.job,
         report_progress=lambda _, fraction: conn.send(("progress", fraction)),
@@ -127,8 +146,8 @@ def _run_order(
     )
     set_current(ctx)
     try:
-        key = (order.module, order.task, order.failures)
-        fn = handlers.get(key) or handlers.setdefault(key, _find_handler(order))
+        if isinstance(fn, Exception):
+            raise fn
         result = fn(ctx.data)
         if asyncio.iscoroutine(result):
             result = asyncio.run(result)
@@ -193,7 +212,7 @@ class Child:
     def __init__(self, process: BaseProcess, conn: Connection, state: Any, pool: ProcessPool):
         self.process = process
         self.conn = conn
-        self.state = state  # [PASSED, WITHDRAWN], under its lock
+        self.state = state  # [PASSED, WITHDRAWN, BEGUN_NS], under its lock
         self._withdrawn = 0  # the last order taken back: one at a time, passed before the next
         self.line: deque[Ticket] = deque()
         self.dead = False
@@ -201,6 +220,13 @@ class Child:
         self._seq = 0
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(conn.fileno(), self.drain)
+        # whether more waits in the pipe: one poll object kept (Connection.poll
+        # builds a selector per call, a tenth of the parent's time per job)
+        self._ready: Callable[[], bool] = conn.poll
+        if hasattr(select, "poll"):
+            poller = select.poll()
+            poller.register(conn.fileno(), select.POLLIN)
+            self._ready = lambda: bool(poller.poll(0))
 
     @property
     def pid(self) -> int | None:
@@ -221,12 +247,33 @@ class Child:
         self.line.append(ticket)
         if len(self.line) == 1:
             self._begun(ticket)
+        order = ticket.order  # a tuple: a dataclass pickles field by field, slowly
+        sent = (ticket.seq, order.module, order.task, order.failures, order.job)
         with contextlib.suppress(OSError):  # it is gone: its reader reads what it sent, then EOF
-            self.conn.send((ticket.seq, ticket.order))
+            self.conn.send(sent)
 
     def _begun(self, ticket: Ticket) -> None:
+        """The ticket is first in line: its child begins it now, or has (sent ahead)."""
         if ticket.deadline is not None:  # the timeout counts from here, not from the wait
-            ticket.deadline.start(self._loop)
+            ticket.deadline.start(self._loop, lambda: self.began(ticket.seq))
+
+    def began(self, seq: int) -> float | None:
+        """When (loop time) the child began its order `seq`; None if it has
+        not (yet), or cannot say. A fresh child imports the handler's module
+        first, and a job sent ahead begins before the parent hears of it: the
+        parent's own moment is off by either."""
+        if self.dead or self.state is None:
+            return None
+        lock = self.state.get_lock()
+        if not lock.acquire(timeout=0.05):
+            return None
+        try:
+            if self.state[PASSED] != seq or self.state[WITHDRAWN] == seq:
+                return None
+            ago: float = (time.monotonic_ns() - int(self.state[BEGUN_NS])) / 1e9
+        finally:
+            lock.release()
+        return self._loop.time() - max(0.0, ago)
 
     def withdraw(self, ticket: Ticket) -> bool:
         """Take back a job sent but not begun; False if it has begun (or the
@@ -251,7 +298,7 @@ class Child:
         pool gives it the next job in the same callback: no loop turn between jobs)."""
         while not self.dead:
             try:
-                if not self.conn.poll():
+                if not self._ready():
                     return
                 kind, *rest = self.conn.recv()
             except (EOFError, OSError):
@@ -264,10 +311,10 @@ class Child:
             else:
                 self.line[0].tell(kind, rest[0])
 
-    def _done(self, outcome: Ended, peak_rss: int, leaving: bool) -> None:
+    def _done(self, outcome: Ended | None, peak_rss: int, leaving: bool) -> None:
         ticket = self.line.popleft()
         if not ticket.outcome.done():
-            ticket.outcome.set_result(outcome)
+            ticket.outcome.set_result(NOTHING if outcome is None else outcome)
         if leaving:  # a limit recycles it: it begins nothing more
             self.dead = True
             self._loop.remove_reader(self.conn.fileno())
@@ -495,7 +542,7 @@ class ProcessPool:
 
     def _spawn(self) -> tuple[BaseProcess, Connection, Any]:
         parent_end, child_end = self._mp.Pipe()
-        state = self._mp.Array("q", 2)
+        state = self._mp.Array("q", 3)
         limits = self.settings
         process = self._mp.Process(
             target=child_main,

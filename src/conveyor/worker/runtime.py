@@ -271,7 +271,9 @@ class Worker(ClaimLoop):
         if not s.auto_concurrency:
             return None
         controller = Controller(low=s.min_concurrency, high=s.most_concurrency)
-        return AutoConcurrency(controller, lambda: self._in_flight)
+        return AutoConcurrency(
+            controller, lambda: self._in_flight, ended=lambda: self.processed + self.failed
+        )
 
     def _pool_settings(self) -> PoolSettings:
         s = self.settings
