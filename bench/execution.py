@@ -50,13 +50,22 @@ TARGET_S = 0.005
 
 
 def calibrate() -> int:
-    """The loop count of one ~5 ms job here."""
+    """The loop count of one job of about 5 ms of CPU here: the median of five
+    jobs' CPU time, not one job's wall time, which another process taking the
+    core meanwhile stretched (one calibration gave jobs of 3.4 ms of CPU), after
+    half a second of the same work: a core that was idle runs it slower at first
+    (75 ns a loop, then 53 here), which made the jobs a third short."""
+    warm_until = time.process_time() + 0.5
+    while time.process_time() < warm_until:
+        cpu_job(20_000)
     loops = 20_000
     for _ in range(5):
-        t0 = time.perf_counter()
-        cpu_job(loops)
-        took = time.perf_counter() - t0
-        loops = max(1000, int(loops * TARGET_S / max(took, 1e-6)))
+        took = []
+        for _ in range(5):
+            t0 = time.process_time()
+            cpu_job(loops)
+            took.append(time.process_time() - t0)
+        loops = max(1000, int(loops * TARGET_S / max(statistics.median(took), 1e-6)))
     return loops
 
 
