@@ -185,6 +185,21 @@ def _reply_delays(port: int, pings: int, every: float) -> list[float]:
     return sorted(a - s for a, s in zip(arrived, sent, strict=True))
 
 
+def _delays_through_proxy(
+    redis_server: RedisProcess, delay: float, every: float
+) -> tuple[list[float], float]:
+    """40 PINGs `every` s apart through a DelayProxy of `delay`: each reply's delay,
+    and the timer overshoot the proxy measured."""
+    from bench.netproxy import DelayProxy
+
+    assert redis_server.port is not None
+    proxy = DelayProxy(redis_server.port, delay).start()
+    try:
+        return _reply_delays(proxy.port, 40, every), proxy.early
+    finally:
+        proxy.stop()
+
+
 def test_the_network_proxy_delays_close_chunks_by_the_delay_alone(
     redis_server: RedisProcess,
 ) -> None:
@@ -192,14 +207,7 @@ def test_the_network_proxy_delays_close_chunks_by_the_delay_alone(
     loop, whose timeouts are whole milliseconds rounded up, the second of two close chunks
     waited a whole millisecond more (median excess 1.2-1.3 ms for the two hops against
     0.15-0.2 ms with the select loop, 2026-11-25, load average 3)."""
-    from bench.netproxy import DelayProxy
-
-    assert redis_server.port is not None
-    proxy = DelayProxy(redis_server.port, 0.020).start()
-    try:
-        delays = _reply_delays(proxy.port, 40, 0.0003)
-    finally:
-        proxy.stop()
+    delays, _ = _delays_through_proxy(redis_server, 0.020, 0.0003)
     assert delays[len(delays) // 2] - 0.040 < 0.0007, delays
 
 
@@ -210,16 +218,9 @@ def test_the_network_proxy_delays_every_chunk_by_the_delay_and_no_more(
     sleeps before forwarding each chunk it reads (chaos/proxy.py's latency fault) makes a
     chunk that arrives during that sleep wait for it to end first: longer on the median
     (medians 252 ms against 203 here, 2026-11-25)."""
-    from bench.netproxy import DelayProxy
-
-    assert redis_server.port is not None
-    proxy = DelayProxy(redis_server.port, 0.100).start()
-    try:
-        delays = _reply_delays(proxy.port, 40, 0.010)
-    finally:
-        proxy.stop()
+    delays, early = _delays_through_proxy(redis_server, 0.100, 0.010)
     median = delays[len(delays) // 2]
     # a chunk may leave up to the timer overshoot the proxy measured (< 1 ms) before due
-    assert delays[0] >= 0.200 - 2 * proxy.early, delays
-    assert proxy.early < 0.001, proxy.early
+    assert delays[0] >= 0.200 - 2 * early, delays
+    assert early < 0.001, early
     assert median < 0.230, delays

@@ -186,7 +186,7 @@ def _merged(results: list[Any], again: list[int], resent: Sequence[Any]) -> None
         results[i] = result
 
 
-def _raised(results: list[Any]) -> list[Any]:
+def raised(results: list[Any]) -> list[Any]:
     """The results, unless one is an error: then the first error is raised."""
     for result in results:
         if isinstance(result, Exception):
@@ -260,7 +260,7 @@ class SyncRunner:
             for name in missing:
                 self._load(self.scripts[name])
             _merged(results, again, self._pipeline([calls[i] for i in again]))
-        return _raised(results)
+        return raised(results)
 
     def _load(self, script: Script) -> None:
         if self.wire is not None:
@@ -342,7 +342,7 @@ class AsyncRunner:
 
     async def run_many(self, calls: Sequence[Call]) -> list[Any]:
         with translated():
-            return _raised(await self.run_many_settled(calls))
+            return raised(await self.run_many_settled(calls))
 
     async def run_many_settled(self, calls: Sequence[Call]) -> list[Any]:
         """run_many with each call's error in its place, not raised (a reply
@@ -351,7 +351,7 @@ class AsyncRunner:
             return await self._settled(calls, await self._pipeline(calls))
 
     async def _settle(self, calls: Sequence[Call], results: list[Any]) -> list[Any]:
-        return _raised(await self._settled(calls, results))
+        return raised(await self._settled(calls, results))
 
     async def _settled(self, calls: Sequence[Call], results: list[Any]) -> list[Any]:
         for pause in RESEND_PAUSES:

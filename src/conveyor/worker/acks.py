@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conveyor.client.core import QueueCore
-from conveyor.client.transport import AsyncRunner, translated
+from conveyor.client.transport import AsyncRunner, raised, translated
 from conveyor.errors import ConnectionLostError
 from conveyor.protocol import ops
 from conveyor.worker.execution import Deferred, Ended, Failure, Limited, Success
@@ -151,7 +151,7 @@ class AckBuffer:
         # again after the claim behind it ran: a ride waits until this batch's scripts ran here
         ride = self.rider(len(batch)) if self.rider and scripts <= self._ran else None
         if ride is None:
-            self._record(batch, calls, await self.runner.run_many(calls))
+            self._record(done, failed, limited, deferred, await self.runner.run_many(calls))
             self._ran |= scripts
             return
         try:
@@ -161,38 +161,34 @@ class AckBuffer:
             raise
         try:
             with translated():
-                self._record(batch, calls, _raised(results[:-1]))
+                self._record(done, failed, limited, deferred, raised(results[:-1]))
         finally:  # the claim ran: its jobs are ours whatever became of the outcomes
             ride.landed(results[-1])
 
-    def _record(self, batch: list[Outcome], calls: list[ops.Call], replies: list[Any]) -> None:
-        """Tell on_written what became of each outcome, from the replies to `calls`."""
-        done = [i for i, _, o in batch if isinstance(o, Success)]
-        failed = [i for i, _, o in batch if isinstance(o, Failure)]
-        limited = [i for i, _, o in batch if isinstance(o, Limited)]
-        deferred = [i for i, _, o in batch if isinstance(o, Deferred)]
+    def _record(
+        self,
+        done: list[tuple[str, str, Any]],
+        failed: list[ops.FailItem],
+        limited: list[tuple[str, str, Limited]],
+        deferred: list[tuple[str, str, int, Any]],
+        replies: list[Any],
+    ) -> None:
+        """Tell on_written what became of each outcome, from the replies to
+        the calls _write made of them (in that order)."""
         if deferred:
             replies, moved = replies[:-1], replies[-1]
-            for job_id, ok in zip(deferred, moved, strict=True):
+            for (job_id, *_), ok in zip(deferred, moved, strict=True):
                 self.on_written(job_id, "deferred" if int(ok) == 1 else "lost")
         if limited:
-            replies, given_back = replies[: len(calls) - len(limited)], replies[-len(limited) :]
-            for job_id, reply in zip(limited, given_back, strict=True):
+            replies, given_back = replies[: -len(limited)], replies[-len(limited) :]
+            for (job_id, _, _), reply in zip(limited, given_back, strict=True):
                 self.on_written(job_id, "rate_limited" if list(reply) == [1] else "lost")
         if done:
-            for job_id, ok in zip(done, ops.decode_complete(replies[0]), strict=True):
+            for (job_id, _, _), ok in zip(done, ops.decode_complete(replies[0]), strict=True):
                 self.on_written(job_id, "completed" if ok else "lost")
             if self.on_handed_off is not None and ops.handed_off(replies[0]):
                 self.on_handed_off()
         if failed:
-            for job_id, what in zip(failed, ops.decode_fail(replies[-1]), strict=True):
-                self.on_written(job_id, what)
+            for item, what in zip(failed, ops.decode_fail(replies[-1]), strict=True):
+                self.on_written(item.id, what)
 
-
-def _raised(results: list[Any]) -> list[Any]:
-    """The results, unless one is an error: then the first error is raised
-    (as AsyncRunner.run_many would)."""
-    for result in results:
-        if isinstance(result, Exception):
-            raise result
-    return results
