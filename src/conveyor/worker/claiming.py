@@ -104,8 +104,9 @@ class ClaimLoop:
         return max(1, capacity // max(2, self._turns_of_slots))
 
     def _free(self, capacity: int) -> int:
-        """Slots neither held nor asked for by a claim in flight."""
-        return capacity - self._load - self._riding
+        """Slots neither held nor asked for by a claim in flight (each job
+        asked for counted at the largest task size, as _claim_count sizes it)."""
+        return capacity - self._load - self._riding * self._largest
 
     async def _claim_loop(self) -> None:
         delay = 0.05
