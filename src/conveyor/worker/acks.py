@@ -106,6 +106,9 @@ class AckBuffer:
                         self._idle.set()
                     continue
                 self._writing += 1
+                if self.depth == 1:  # one at a time: no task to pay for
+                    await self._send(batch)
+                    continue
                 send = asyncio.create_task(self._send(batch))
                 self._sends.add(send)
                 send.add_done_callback(self._sends.discard)
