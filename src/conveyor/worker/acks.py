@@ -5,7 +5,13 @@ worker batches by itself and an idle one acknowledges at once.
 A worker waiting for slots may have a claim ride behind a batch, in the same
 pipeline (`Ride`): Redis runs the outcomes first, so the jobs they free are
 free before the claim takes new ones, and a slot costs one round trip, not an
-acknowledgement's and then a claim's (docs/protocol.md §8)."""
+acknowledgement's and then a claim's (docs/protocol.md §8).
+
+With a rider over the lean wire (one connection, whose commands Redis runs in
+the order they were written), up to `TURNS` batches are in flight at once: the
+network wait of one overlaps the running of the jobs of another. A ride then
+counts as free the jobs of every batch written ahead of it on that connection
+(`ahead`), not only its own."""
 
 from __future__ import annotations
 
@@ -25,6 +31,12 @@ from conveyor.worker.execution import Deferred, Ended, Failure, Limited, Success
 log = logging.getLogger("conveyor.worker")
 
 Outcome = tuple[str, str, Ended]  # id, token, outcome
+
+# Batches in flight at once when claims ride behind them over one ordered
+# connection and the round trip is long (claiming.SPLIT_AT): two keep a turn
+# of the slots running while the other's round trip is out (bench/README.md,
+# "A network"). Otherwise one at a time.
+TURNS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +68,21 @@ class AckBuffer:
         # (jobs in a batch) -> a claim to send behind it, or None (runtime._ride)
         self.rider: Callable[[int], Ride | None] | None = None
         self._ran: set[str] = set()  # scripts whose outcomes were written (a ride needs them)
+        # outcomes in batches in flight that Redis runs before anything written after them
+        self.ahead = 0
+        self._writing = 0  # batches in flight
+        self._sends: set[asyncio.Task[None]] = set()
+        self._delay = 0.05  # the back-off after a lost connection
+
+    @property
+    def depth(self) -> int:
+        """Batches in flight at once: the rider's turns over the wire (one
+        connection: a batch written first runs first), else 1 (redis-py's
+        pipelines may take different connections of its pool)."""
+        if self.rider is None or self.runner.wire is None:
+            return 1
+        turns: int = getattr(self.rider, "turns", 1)  # claiming.Rider
+        return turns
 
     def add(self, job_id: str, token: str, outcome: Ended) -> None:
         self._pending.append((job_id, token, outcome))
@@ -67,42 +94,57 @@ class AckBuffer:
         await self._idle.wait()
 
     async def run(self) -> None:
-        delay = 0.05
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            batch, self._pending = self._pending, []
-            if not batch:
-                self._idle.set()
-                continue
-            try:
-                await self._write(batch)
-                delay = 0.05
-            except (ConnectionLostError, OSError) as exc:
-                self._ran.clear()  # a new connection, maybe to a new server
-                # Re-sending is safe: a run that was already ended refuses the write.
-                log.warning(
-                    "could not write the outcomes of %d job(s) (%s); writing them again",
-                    len(batch),
-                    exc,
-                )
-                self._pending = batch + self._pending
-                await asyncio.sleep(delay * (1 + random.random()))
-                delay = min(delay * 2, 5.0)
-                self._wake.set()
-                continue
-            except Exception:
-                self._ran.clear()
-                # A script refused the batch (a corrupt record, say): write the
-                # jobs one by one, so one bad job cannot hold back the others.
-                log.exception(
-                    "Redis refused the outcomes of %d job(s) written together; "
-                    "writing them one by one",
-                    len(batch),
-                )
-                await self._write_each(batch)
-            if not self._pending:
-                self._idle.set()
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                if self._writing >= self.depth:
+                    continue  # the end of a batch in flight wakes us
+                batch, self._pending = self._pending, []
+                if not batch:
+                    if not self._writing:
+                        self._idle.set()
+                    continue
+                self._writing += 1
+                if self.depth == 1:  # one at a time: no task to pay for
+                    await self._send(batch)
+                    continue
+                send = asyncio.create_task(self._send(batch))
+                self._sends.add(send)
+                send.add_done_callback(self._sends.discard)
+                if self._pending:  # more came meanwhile: a second batch may go too
+                    self._wake.set()
+        finally:  # cancelled (the pool closes): so are the batches in flight
+            for send in list(self._sends):
+                send.cancel()
+
+    async def _send(self, batch: list[Outcome]) -> None:
+        try:
+            await self._write(batch)
+            self._delay = 0.05
+        except (ConnectionLostError, OSError) as exc:
+            self._ran.clear()  # a new connection, maybe to a new server
+            # Re-sending is safe: a run that was already ended refuses the write.
+            log.warning(
+                "could not write the outcomes of %d job(s) (%s); writing them again",
+                len(batch),
+                exc,
+            )
+            self._pending = batch + self._pending
+            await asyncio.sleep(self._delay * (1 + random.random()))
+            self._delay = min(self._delay * 2, 5.0)
+        except Exception:
+            self._ran.clear()
+            # A script refused the batch (a corrupt record, say): write the
+            # jobs one by one, so one bad job cannot hold back the others.
+            log.exception(
+                "Redis refused the outcomes of %d job(s) written together; writing them one by one",
+                len(batch),
+            )
+            await self._write_each(batch)
+        finally:
+            self._writing -= 1
+            self._wake.set()  # the next batch may go; or nothing is left (idle)
 
     async def _write_each(self, batch: list[Outcome]) -> None:
         for outcome in batch:
@@ -148,22 +190,28 @@ class AckBuffer:
             calls.append(ops.defer(self.core.keys, deferred, events_maxlen=maxlen))
         scripts = {call.script for call in calls}
         # Redis answers NOSCRIPT to a script it has not loaded, and the runner sends that call
-        # again after the claim behind it ran: a ride waits until this batch's scripts ran here
-        ride = self.rider(len(batch)) if self.rider and scripts <= self._ran else None
-        if ride is None:
-            self._record(done, failed, limited, deferred, await self.runner.run_many(calls))
-            self._ran |= scripts
-            return
+        # again after whatever was written behind it: only a batch whose scripts ran here
+        # is sure to run before a claim written after it (in its pipeline or a later one)
+        ahead = len(batch) if scripts <= self._ran else 0
+        self.ahead += ahead
         try:
-            results = await self.runner.run_many_settled([*calls, ride.call])
-        except BaseException as exc:
-            ride.landed(exc)
-            raise
-        try:
-            with translated():
-                self._record(done, failed, limited, deferred, raised(results[:-1]))
-        finally:  # the claim ran: its jobs are ours whatever became of the outcomes
-            ride.landed(results[-1])
+            ride = self.rider(self.ahead) if self.rider and ahead else None
+            if ride is None:
+                self._record(done, failed, limited, deferred, await self.runner.run_many(calls))
+                self._ran |= scripts
+                return
+            try:
+                results = await self.runner.run_many_settled([*calls, ride.call])
+            except BaseException as exc:
+                ride.landed(exc)
+                raise
+            try:
+                with translated():
+                    self._record(done, failed, limited, deferred, raised(results[:-1]))
+            finally:  # the claim ran: its jobs are ours whatever became of the outcomes
+                ride.landed(results[-1])
+        finally:  # the jobs it freed were dropped by _record, in the same step
+            self.ahead -= ahead
 
     def _record(
         self,
@@ -191,4 +239,3 @@ class AckBuffer:
         if failed:
             for item, what in zip(failed, ops.decode_fail(replies[-1]), strict=True):
                 self.on_written(item.id, what)
-

@@ -1,7 +1,17 @@
 """The claim loop of a worker: claim while slots are free, wait for slots
 (a claim may ride behind the outcomes being written), block on Redis when
 nothing is claimable (a claim riding behind the pop), and take claimed jobs in.
-Worker (runtime.py) is built on it."""
+Worker (runtime.py) is built on it.
+
+Across a network a turn of the slots is mostly waiting: the worker runs its
+jobs in a fraction of a round trip. So with one queue over the lean wire, when
+a round trip to Redis takes SPLIT_AT or more, the slots go round in
+`acks.TURNS` turns, each claim asking for at most a turn's share: while one
+turn's outcomes and the claim behind them are on the wire, the jobs of another
+run. Every claim in flight counts against the slots until its reply is taken
+in (`_riding`), so the worker never holds more than its concurrency
+(docs/reliability.md G3). On loopback the round trip is Redis's own work, and
+halved turns cost more script calls than they overlap: one turn."""
 
 from __future__ import annotations
 
@@ -9,6 +19,8 @@ import asyncio
 import logging
 import os
 import random
+import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -16,7 +28,7 @@ import redis
 from conveyor.errors import ConveyorError
 from conveyor.protocol import ops
 from conveyor.timeutil import to_ms
-from conveyor.worker.acks import Ride
+from conveyor.worker.acks import TURNS, Ride
 from conveyor.worker.pool import log_failure
 from conveyor.worker.queues import Lane, Turns
 from conveyor.worker.tuning import AutoConcurrency
@@ -26,6 +38,10 @@ if TYPE_CHECKING:
     from conveyor.worker.runtime import WorkerSettings
 
 log = logging.getLogger("conveyor.worker")
+
+# The shortest PING round trip (s) from which the slots go round in turns:
+# loopback answers in 0.03-0.3 ms here, 1 ms added each way in 2.2 ms.
+SPLIT_AT = 0.0005
 
 
 class ClaimLoop:
@@ -40,9 +56,12 @@ class ClaimLoop:
     _slot_freed: asyncio.Event
     _wait_task: asyncio.Task[Any] | None
     _suspect: str | None  # a job that stalled before, running here
+    _slot_turns: int  # claims in flight at once (_turns_of_slots), set by _measure_turns
     _parked: bool  # the claim loop waits for slots (_wait_for_slots)
-    _riding: ops.Call | None  # a claim sent behind outcomes (_ride)
-    _rode: tuple[ops.ClaimReply, int] | None  # its reply, for the loop
+    _claiming: bool  # the claim loop waits for the reply of its own claim
+    _claims_out: int  # claims in flight on the queue's connection (the loop's and rides)
+    _riding: int  # the jobs they asked for: held already, as far as slots go
+    _rode: deque[tuple[ops.ClaimReply, int]]  # the replies of rides, for the loop
     _auto: AutoConcurrency | None
     _largest: int
     _side_tasks: set[asyncio.Future[Any]]
@@ -54,8 +73,40 @@ class ClaimLoop:
         idleness mean."""
         lanes = self._lanes
         if len(lanes) == 1:
-            return lanes[0].jobs.holding
+            return lanes[0].jobs.holding + self._riding
         return sum(lane.jobs.holding for lane in lanes)
+
+    @property
+    def _turns_of_slots(self) -> int:
+        """Claims in flight at once (and outcome batches: acks.AckBuffer.depth):
+        TURNS with one queue over the lean wire across a network, else 1."""
+        return self._slot_turns if len(self._lanes) == 1 else 1
+
+    async def _measure_turns(self) -> None:
+        """Go round in turns if the queue's connection is a slow one: the
+        shortest of a few PINGs (at start; a network does not come and go)."""
+        wire = self._lanes[0].queue.runner.wire
+        if len(self._lanes) > 1 or wire is None:
+            return
+        trips = []
+        for _ in range(5):
+            started = time.perf_counter()
+            try:
+                await wire.call("PING")
+            except redis.RedisError:  # the claim loop meets it, and retries
+                return
+            trips.append(time.perf_counter() - started)
+        self._slot_turns = turns = TURNS if min(trips) >= SPLIT_AT else 1
+        log.debug("round trip %.2f ms: %d turn(s) of the slots", min(trips) * 1000, turns)
+
+    def _low_water(self, capacity: int) -> int:
+        """Free slots worth a claim: half of them, or a turn's share."""
+        return max(1, capacity // max(2, self._turns_of_slots))
+
+    def _free(self, capacity: int) -> int:
+        """Slots neither held nor asked for by a claim in flight (each job
+        asked for counted at the largest task size, as _claim_count sizes it)."""
+        return capacity - self._load - self._riding * self._largest
 
     async def _claim_loop(self) -> None:
         delay = 0.05
@@ -64,17 +115,24 @@ class ClaimLoop:
             if self._suspect is not None:  # it runs alone: no claims beside it
                 await self._until_idle()
                 continue
+            if woken is None and self._rode:
+                woken = self._rode.popleft()
             concurrency = self._capacity()
-            low_water = max(1, concurrency // 2)
-            free = concurrency - self._load
-            if woken is None and free < low_water and self._in_flight:
+            free = self._free(concurrency)
+            if (
+                woken is None
+                and self._in_flight
+                and (
+                    free < self._low_water(concurrency) or self._claims_out >= self._turns_of_slots
+                )
+            ):
                 woken = await self._wait_for_slots()
                 continue
             try:
                 if woken is not None:
                     (reply, count), woken = woken, None
                 elif len(self._lanes) == 1:
-                    count = self._claim_count(free)
+                    count = self._turn_count(free, concurrency)
                     reply = await self._claim(count)
                 else:
                     count = self._claim_count(free)
@@ -108,50 +166,81 @@ class ClaimLoop:
                 # ending (a block on Redis would sit out idle_wait after it)
                 await self._until_one_ends()
                 continue
+            if self._claims_out:
+                # a claim still in flight may bring jobs: its reply first (and
+                # the blocking claim below must not count on its slots)
+                woken = await self._wait_for_slots(more=False)
+                continue
             # nothing more is claimable now (claim.lua's marker says when it is)
             woken = await self._wait_for_work(reply)
+        while self._claims_out:  # stopping: their jobs are taken in, then given back
+            self._slot_freed.clear()
+            await self._slot_freed.wait()
 
-    async def _wait_for_slots(self) -> tuple[ops.ClaimReply, int] | None:
-        """Wait until a slot frees; meanwhile a claim may ride behind the
-        outcomes being written (_ride). Returns that claim's reply, if one did."""
+    async def _wait_for_slots(self, *, more: bool = True) -> tuple[ops.ClaimReply, int] | None:
+        """Wait until a slot frees; meanwhile claims may ride behind the
+        outcomes being written (_ride). Returns a ride's reply, if one landed.
+        Returns without one when no claim is in flight (the loop may claim),
+        or, if `more`, when a turn's share of slots is free beside those in
+        flight (the loop claims for another turn)."""
         self._parked = True
         try:
-            while True:
+            while not self._rode and not self._stopping:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
-                if self._riding is None or self._stopping:
-                    break  # no claim in flight behind outcomes: the loop may claim
+                if not self._claims_out:
+                    break
+                capacity = self._capacity()
+                if (
+                    more
+                    and self._claims_out < self._turns_of_slots
+                    and self._free(capacity) >= self._low_water(capacity)
+                ):
+                    break
         finally:
             self._parked = False
-        rode, self._rode = self._rode, None
-        return rode
+        return self._rode.popleft() if self._rode else None
 
     def _ride(self, acked: int) -> Ride | None:
-        """A claim to send behind `acked` outcomes in their pipeline, while the
-        claim loop waits for slots: Redis frees those first, so the claim is
-        sized as if they were free and the worker never holds more than its
-        concurrency. One at a time; only with one queue."""
-        if not self._parked or self._riding is not None or self._stopping:
+        """A claim to send behind outcomes in their pipeline, while the claim
+        loop waits for slots or for its own claim: `acked` jobs' outcomes are
+        written ahead of it on the connection (this batch's and those still in
+        flight), and Redis frees those first, so the claim counts them free
+        and the worker never holds more than its concurrency. Up to a turn's
+        share of the slots; at most TURNS claims in flight; only with one queue."""
+        if not (self._parked or self._claiming) or self._stopping or self._suspect is not None:
+            return None
+        if self._claims_out >= self._turns_of_slots:
             return None
         capacity = self._capacity()
-        free = capacity - self._load + acked
-        if self._suspect is not None or free < max(1, capacity // 2):
+        free = self._free(capacity) + acked
+        if free < self._low_water(capacity):
             return None
         lane = self._lanes[0]
-        count = self._claim_count(free)
+        count = self._turn_count(free, capacity)
         call = self._claim_call(lane, count)
-        self._riding = call
+        self._claims_out += 1
+        self._riding += count
 
         def landed(result: Any) -> None:
-            self._riding = None
+            # in one step with taking its jobs in: they count as held from now
+            self._claims_out -= 1
+            self._riding -= count
             if not isinstance(result, BaseException):
                 try:
-                    self._rode = (self._claimed(lane, call, result), count)
+                    self._rode.append((self._claimed(lane, call, result), count))
                 except Exception:  # its leases lapse; the reaper hands the jobs on
                     log.exception("could not take in the jobs of a claim")
             self._slot_freed.set()
 
         return Ride(call, landed)
+
+    def _turn_count(self, free: int, capacity: int) -> int:
+        """Jobs to claim for `free` slots: all of them with one turn of the
+        slots, else at most a turn's share, so the turns stay staggered."""
+        turns = self._turns_of_slots
+        count = self._claim_count(free)
+        return count if turns == 1 else min(count, max(1, capacity // turns))
 
     def _back_to_top(self, reply: ops.ClaimReply, count: int) -> bool:
         """After a claim that leased jobs: claim again (or wait for slots)
@@ -165,7 +254,7 @@ class ClaimLoop:
         if len(reply.jobs) >= count or len(self._lanes) > 1 or self._suspect is not None:
             return True
         capacity = self._capacity()
-        return capacity - self._load < max(1, capacity // 2)
+        return self._free(capacity) < self._low_water(capacity)
 
     @property
     def _load(self) -> int:
@@ -221,7 +310,19 @@ class ClaimLoop:
     async def _claim(self, count: int, lane: Lane | None = None) -> ops.ClaimReply:
         lane = lane or self._lanes[0]
         call = self._claim_call(lane, count)
-        return self._claimed(lane, call, await lane.queue.runner.run(call))
+        if len(self._lanes) > 1:
+            return self._claimed(lane, call, await lane.queue.runner.run(call))
+        # counted as held while in flight, so a ride sent meanwhile leaves its slots
+        self._claiming = True
+        self._claims_out += 1
+        self._riding += count
+        try:
+            raw = await lane.queue.runner.run(call)
+        finally:
+            self._claiming = False
+            self._claims_out -= 1
+            self._riding -= count
+        return self._claimed(lane, call, raw)  # in the same step: no slot counted twice
 
     def _held_back(self, reply: ops.ClaimReply) -> bool:
         """A suspect waits for this worker to be idle: claim nothing beside it."""
@@ -306,3 +407,18 @@ class ClaimLoop:
         member = ops.text(popped[1])
         if member.startswith("abort="):
             lane.jobs.abort([member.removeprefix("abort=")])
+
+
+class Rider:
+    """The claim loop as the ack writer's rider (acks.AckBuffer.rider): a
+    claim to send behind a batch, and how many batches may be in flight."""
+
+    def __init__(self, loop: ClaimLoop) -> None:
+        self._loop = loop
+
+    @property
+    def turns(self) -> int:
+        return self._loop._turns_of_slots
+
+    def __call__(self, acked: int) -> Ride | None:
+        return self._loop._ride(acked)

@@ -15,6 +15,7 @@ import random
 import signal
 import socket
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +36,7 @@ from conveyor.hooks import call as call_hooks
 from conveyor.protocol import ops
 from conveyor.timeutil import to_ms
 from conveyor.worker import job_lines
-from conveyor.worker.claiming import ClaimLoop
+from conveyor.worker.claiming import ClaimLoop, Rider
 from conveyor.worker.courier import Courier
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.metrics import MetricsRecorder
@@ -137,8 +138,11 @@ class Worker(ClaimLoop):
         self._wake_task: asyncio.Future[None] | None = None
         self._suspect: str | None = None  # a job that stalled before, running here
         self._parked = False  # the claim loop waits for slots (_wait_for_slots)
-        self._riding: ops.Call | None = None  # a claim sent behind outcomes (_ride)
-        self._rode: tuple[ops.ClaimReply, int] | None = None  # its reply, for the loop
+        self._slot_turns = 1  # claims in flight at once (ClaimLoop._measure_turns)
+        self._claiming = False  # the claim loop waits for its own claim's reply
+        self._claims_out = 0  # claims in flight on the queue's connection (ClaimLoop)
+        self._riding = 0  # the jobs they asked for
+        self._rode: deque[tuple[ops.ClaimReply, int]] = deque()  # rides' replies, for the loop
         self._auto = self._auto_concurrency()
         sizes = [t.size for tasks in self.queues for t in self._handlers(tasks).values()]
         self._largest = max([1, *sizes])
@@ -203,7 +207,8 @@ class Worker(ClaimLoop):
                 call_hooks(lane.hooks.worker_start, self.id, lane.queue.name)
                 lane.start()
             if len(self._lanes) == 1:
-                first.jobs.ride_with(self._ride)
+                await self._measure_turns()
+                first.jobs.ride_with(Rider(self))
             await self._serve()
         finally:
             for lane in self._lanes:
