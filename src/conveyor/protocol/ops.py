@@ -375,28 +375,70 @@ def decode_claim(reply: Sequence[Any]) -> ClaimReply:
     jobs = []
     for i in range(3, len(reply), CLAIM_ARITY):
         f = reply[i : i + CLAIM_ARITY]
-        jobs.append(
-            ClaimedJob(
-                id=text(f[0]),
-                task=None if f[1] is None else text(f[1]),
-                data=f[2] if f[2] is None or isinstance(f[2], bytes) else str(f[2]).encode(),
-                attempts=int(f[3]),
-                failures=_int(f[4]),
-                stalls=_int(f[5]),
-                max_failures=_int(f[6]),
-                max_stalls=_int(f[7]),
-                min_backoff_ms=_int(f[8]),
-                max_backoff_ms=_int(f[9]),
-                timeout_ms=_int(f[10]),
-                priority=_int(f[11]),
-                created_at_ms=_int(f[12]),
-                schedule=None if f[13] is None else text(f[13]),
-                headers=None if f[14] is None else text(f[14]),
-                checkpoint=_bytes(f[15]),
-                expires_at_ms=_int(f[16]),
-            )
-        )
+        try:
+            job = _claimed_fast(*f)
+        except (AttributeError, TypeError, ValueError):  # an odd field: decoded one by one
+            job = _claimed(f)
+        jobs.append(job)
     return ClaimReply(int(reply[0]), _optional_ms(reply[1]), jobs, int(reply[2]) == 1)
+
+
+def _claimed_fast(
+    id: bytes, task: bytes | None, data: bytes | None, attempts: bytes, *f: bytes | None
+) -> ClaimedJob:
+    """A claimed job whose fields are what claim.lua writes (bytes or nil): the
+    same as _claimed's, in one call per job; raises on anything else, and
+    _claimed then decodes it field by field."""
+    if data is not None and type(data) is not bytes:
+        raise TypeError("data")
+    failures, stalls, max_f, max_s, min_b, max_b, timeout, prio, created, sched, heads, cp, exp = f
+    return ClaimedJob(
+        id.decode("utf-8", "replace"),
+        None if task is None else task.decode("utf-8", "replace"),
+        data,
+        int(attempts),
+        None if failures is None else int(failures),
+        None if stalls is None else int(stalls),
+        None if max_f is None else int(max_f),
+        None if max_s is None else int(max_s),
+        None if min_b is None else int(min_b),
+        None if max_b is None else int(max_b),
+        None if timeout is None else int(timeout),
+        None if prio is None else int(prio),
+        None if created is None else int(created),
+        None if sched is None else sched.decode("utf-8", "replace"),
+        None if heads is None else heads.decode("utf-8", "replace"),
+        None if cp is None else _bytes_only(cp),
+        None if exp is None else int(exp),
+    )
+
+
+def _bytes_only(value: bytes) -> bytes:
+    if type(value) is not bytes:
+        raise TypeError("not bytes")
+    return value
+
+
+def _claimed(f: Sequence[Any]) -> ClaimedJob:
+    return ClaimedJob(
+        id=text(f[0]),
+        task=None if f[1] is None else text(f[1]),
+        data=f[2] if f[2] is None or isinstance(f[2], bytes) else str(f[2]).encode(),
+        attempts=int(f[3]),
+        failures=_int(f[4]),
+        stalls=_int(f[5]),
+        max_failures=_int(f[6]),
+        max_stalls=_int(f[7]),
+        min_backoff_ms=_int(f[8]),
+        max_backoff_ms=_int(f[9]),
+        timeout_ms=_int(f[10]),
+        priority=_int(f[11]),
+        created_at_ms=_int(f[12]),
+        schedule=None if f[13] is None else text(f[13]),
+        headers=None if f[14] is None else text(f[14]),
+        checkpoint=_bytes(f[15]),
+        expires_at_ms=_int(f[16]),
+    )
 
 
 def complete(keys: QueueKeys, items: Sequence[tuple[str, str, str]], *, events_maxlen: int) -> Call:
