@@ -254,7 +254,8 @@ def test_decode_claim_takes_odd_fields_one_by_one() -> None:
     """The one-call decoding of claim.lua's bytes-or-nil fields, and the
     field-by-field one for anything else, give the same jobs."""
     usual = [b"a", b"send", b"{}", 1, b"0", b"0", b"5", b"3", b"1000", b"300000", b"2000",
-             b"3", b"1700000000000", b"sch", b'{"h":"v"}', b'{"c":1}', b"1800000000000"]  # fmt: skip
+             b"3", b"1700000000000", b"sch", b'{"h":"v"}', b'{"c":1}',
+             b"1800000000000"]  # fmt: skip
     odd = [b"b", "send", "{}", b"2", 0, b"x", None, b"3", b"1000", b"300000", 2000,
            None, b"1700000000000", 7, None, "[1]", None]  # fmt: skip
     reply = ops.decode_claim([b"5", b"-1", 0, *usual, *odd])
