@@ -9,6 +9,7 @@ import functools
 import logging
 import traceback
 import types
+from asyncio import get_running_loop
 from collections.abc import Callable, Coroutine, Generator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from conveyor.errors import (
     ResumeLater,
 )
 from conveyor.timeutil import delay_until_ms
-from conveyor.worker.context import JobContext, set_current
+from conveyor.worker.context import JobContext, job_var
 from conveyor.worker.watchdog import Stalls
 
 log = logging.getLogger("conveyor.worker")
@@ -148,8 +149,8 @@ async def execute(
     be stopped: its run ends, and its outcome is known, only when it returns."""
     if running.problem is not None:
         return Failure(running.problem, True, None)
-    set_current(running.ctx)
-    loop = asyncio.get_running_loop()
+    job_var.set(running.ctx)  # set_current, without its call
+    loop = get_running_loop()
     started = loop.time()
     try:
         finished, result = _start(running, loop, executor, processes)
@@ -189,7 +190,7 @@ async def execute(
         return None if running.ctx.lost else failure_of(exc)
     finally:
         running.scope = None
-        set_current(None)
+        job_var.set(None)
         if running.thread is not None:
             await _thread_end(running)
 

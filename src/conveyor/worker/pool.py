@@ -364,18 +364,24 @@ class JobPool:
 
     def _written(self, job_id: str, what: str) -> None:
         """An outcome reached Redis (or was given up): stop holding the lease."""
-        running = self._drop(job_id)
-        hooks = self._hooks
-        # the common outcome tested first: failure-only hooks cost a success nothing
-        wanted = hooks.on_completed if what == "completed" else hooks.on_outcome
-        if running is not None and wanted:
+        running = self.held.pop(job_id, None)  # self._drop, inline: once per job
+        if running is not None:
+            self._freed.set()
+        if what == "completed":  # the common outcome first, its hooks without a layer
+            if running is not None:
+                for method in self._hooks.on_completed:
+                    try:
+                        method(running.ctx)
+                    except Exception:
+                        hook_failed(method)
+            self.processed += 1
+            return
+        if running is not None and self._hooks.on_outcome:
             self._tell_outcome(running, what)
         if what == "lost":
             log.warning("job %s: lease lost before its outcome was written; discarded", job_id)
         elif what == "failed":
             self.failed += 1
-        elif what == "completed":
-            self.processed += 1
 
     def _tell_outcome(self, running: Running, what: str) -> None:
         hooks, ctx = self._hooks, running.ctx
