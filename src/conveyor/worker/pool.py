@@ -208,7 +208,8 @@ class JobPool:
             ctx.headers = _headers(claimed.headers)
         created = claimed.created_at_ms
         if self._hooks.on_run and claimed.attempts == 1 and now_ms and created is not None:
-            ctx.waited = max(0, now_ms - created) / 1000
+            waited = now_ms - created
+            ctx.waited = (waited if waited > 0 else 0) / 1000
         if self._policies and problem is None:
             policy = self._policies.get(task)
             if policy:
@@ -221,7 +222,8 @@ class JobPool:
         running = Running(ctx, timeout, handler, problem)
         self.held[claimed.id] = running
         self.in_flight += 1
-        self._all_done.clear()
+        if self.in_flight == 1:  # set only when none is in flight
+            self._all_done.clear()
         if handler is None:
             self._inbox.put(running)
             return
