@@ -30,16 +30,16 @@ from conveyor.hooks import failed as hook_failed
 from conveyor.protocol import ops
 from conveyor.worker.acks import AckBuffer, Ride
 from conveyor.worker.batches import Batches
-from conveyor.worker.context import JobContext
+from conveyor.worker.context import JobContext, job_var
 from conveyor.worker.execution import (
-    Failure,
     Outcome,
     Running,
-    Success,
     aborted_failure,
     execute,
 )
 from conveyor.worker.inbox import Inbox
+from conveyor.worker.metrics import MetricsRecorder
+from conveyor.worker.outcome_hooks import after_run, tell_outcome
 from conveyor.worker.policy import policies, policy_call
 from conveyor.worker.processes import PoolSettings, ProcessPool, needs_processes
 from conveyor.worker.steps import WorkerFlows
@@ -88,7 +88,14 @@ class JobPool:
         self._concurrency = concurrency
         self._lease = lease
         self._freed = freed  # set whenever a job finishes or a lease is let go
-        self._hooks = hooks or Hooks()
+        self._hooks = hooks = hooks or Hooks()
+        # No hook of a run reads current_job() or logs (the metrics recorder's only): between
+        # two quick runs, a runner may leave the first job current until the next is set.
+        self._quiet_runs = all(
+            isinstance(getattr(method, "__self__", None), MetricsRecorder)
+            for method in (*hooks.before_run, *hooks.after_success, *hooks.after_failure,
+                           *hooks.after_stopped)
+        )  # fmt: skip
         self._all_done = asyncio.Event()
         self._all_done.set()
         self._inbox = Inbox()
@@ -240,26 +247,34 @@ class JobPool:
         inbox, waiting = self._inbox, self._inbox.jobs
         hooks, policy_calls, acks = self._hooks, self._policy_calls, self._acks
         how = (self._executor, inbox.hand_on, self._watchdog.stalls, self.processes)
+        leave = self._quiet_runs
         while True:
             # a job that waits is taken at once: no coroutine call for inbox.get()
-            running = waiting.popleft() if waiting else await inbox.get()
+            if waiting:
+                running = waiting.popleft()
+            else:
+                job_var.set(None)  # the last quick run's job, left current (execute)
+                running = await inbox.get()
             ctx = running.ctx
             try:
                 if running.extra:  # a heavy job: it starts when its size fits
+                    job_var.set(None)
                     inbox.hand_on()
                     await self._room_for(running)
                 if ctx.id in policy_calls:
+                    job_var.set(None)
                     await self._apply_policy(running)
                 if not ctx.lost:  # its lease may have gone while it waited
                     if hooks.on_run:  # the hooks of a run, around execute() (not a coroutine more)
                         if hooks.before_run:
                             call_hooks(hooks.before_run, ctx)
                         started = time.perf_counter()
-                        outcome = await execute(running, *how)
-                        self._after_run(running, outcome, time.perf_counter() - started)
+                        outcome = await execute(running, *how, leave)
+                        after_run(hooks, running, outcome, time.perf_counter() - started)
                     else:
-                        outcome = await execute(running, *how)
+                        outcome = await execute(running, *how, leave)
                     if running.pending:  # progress writes first, or the ended run refuses them
+                        job_var.set(None)
                         inbox.hand_on()
                         await asyncio.gather(*running.pending, return_exceptions=True)
                     if outcome is not None:
@@ -315,23 +330,6 @@ class JobPool:
         else:
             running.timeout = timeout_ms / 1000 if timeout_ms > 0 else None
 
-    def _after_run(self, running: Running, outcome: Outcome, duration: float) -> None:
-        """The hooks told how a run ended."""
-        hooks, ctx = self._hooks, running.ctx
-        if type(outcome) is Success:
-            for method in hooks.after_success:  # the common case, without call_hooks' layer
-                try:
-                    method(ctx, duration=duration)
-                except Exception:
-                    hook_failed(method)
-        elif isinstance(outcome, Failure):
-            running.failure = outcome
-            call_hooks(
-                hooks.after_failure, ctx, outcome.exc, error=outcome.error, duration=duration
-            )
-        else:
-            call_hooks(hooks.after_stopped, ctx, duration=duration)
-
     async def _room_for(self, running: Running) -> None:
         """Wait until the started jobs leave room for this one's size (or none
         runs): the claim loop counts sizes, this keeps a claim's last heavy
@@ -379,28 +377,11 @@ class JobPool:
             self.processed += 1
             return
         if running is not None and self._hooks.on_outcome:
-            self._tell_outcome(running, what)
+            tell_outcome(self._hooks, running, what)
         if what == "lost":
             log.warning("job %s: lease lost before its outcome was written; discarded", job_id)
         elif what == "failed":
             self.failed += 1
-
-    def _tell_outcome(self, running: Running, what: str) -> None:
-        hooks, ctx = self._hooks, running.ctx
-        if what == "completed":
-            for method in hooks.on_completed:  # the common case, without call_hooks' layer
-                try:
-                    method(ctx)
-                except Exception:
-                    hook_failed(method)
-            return
-        error = running.failure.error if running.failure is not None else ""
-        if what in ("retried", "delayed"):
-            call_hooks(hooks.on_retry, ctx, error=error)
-        elif what == "failed":
-            call_hooks(hooks.on_final_failure, ctx, error=error)
-        elif what in ("lost", "unwritten"):  # unwritten: left to lease expiry
-            call_hooks(hooks.on_lease_lost, ctx)
 
     def lose(self, ids: list[str]) -> None:
         """The heartbeat found these leases gone: stop their handlers."""
