@@ -248,3 +248,36 @@ def test_corrupt_records_fail_with_a_reason_and_the_rest_are_claimed(q: Proto) -
     assert q.job("zombie")["error"] == "corrupt record: unknown state 'zombie'"
     assert q.job("count")["error"] == "corrupt record: attempts or stalls is not a number"
     assert set(q.members(q.keys.failed)) == {"zombie", "count"}
+
+
+def test_decode_claim_takes_odd_fields_one_by_one() -> None:
+    """The one-call decoding of claim.lua's bytes-or-nil fields, and the
+    field-by-field one for anything else, give the same jobs."""
+    usual = [b"a", b"send", b"{}", 1, b"0", b"0", b"5", b"3", b"1000", b"300000", b"2000",
+             b"3", b"1700000000000", b"sch", b'{"h":"v"}', b'{"c":1}',
+             b"1800000000000"]  # fmt: skip
+    odd = [b"b", "send", "{}", b"2", 0, b"x", None, b"3", b"1000", b"300000", 2000,
+           None, b"1700000000000", 7, None, "[1]", None]  # fmt: skip
+    reply = ops.decode_claim([b"5", b"-1", 0, *usual, *odd])
+    first, second = reply.jobs
+    assert (reply.now_ms, reply.next_due_ms) == (5, None)
+    assert first == ops.ClaimedJob(
+        "a", "send", b"{}", 1, 0, 0, 5, 3, 1000, 300000, 2000, 3, 1700000000000,
+        "sch", '{"h":"v"}', b'{"c":1}', 1800000000000,
+    )  # fmt: skip
+    assert second == ops.ClaimedJob(
+        "b", "send", b"{}", 2, 0, None, None, 3, 1000, 300000, 2000, None, 1700000000000,
+        "7", None, b"[1]", None,
+    )  # fmt: skip
+
+
+def test_decode_claim_parses_values_past_its_cache_of_repeated_ones() -> None:
+    job = [b"a", b"t", b"{}", 1, b"0", b"0", b"5", b"3", b"1000", b"300000", None, None,
+           None, None, None, None, None]  # fmt: skip
+    reply: list[object] = [b"5", b"-1", 0]
+    for n in range(3000):  # more distinct timeouts than the cache holds
+        reply += [*job[:10], str(n).encode(), *job[11:]]
+    jobs = ops.decode_claim(reply).jobs
+    assert [j.timeout_ms for j in jobs] == list(range(3000))
+    assert {j.max_backoff_ms for j in jobs} == {300000}
+    assert len(ops._INTS) <= 1024

@@ -308,3 +308,45 @@ async def test_a_lost_lease_report_for_a_job_whose_outcome_waits_to_be_written_i
         for runner in runners:
             runner.cancel()
         await asyncio.gather(*runners, return_exceptions=True)
+
+
+async def test_an_accepted_job_s_context_has_each_field_in_its_place(
+    redis_url: str, queue_name: str
+) -> None:
+    # JobPool.accept builds the JobContext by position: each field must land where it belongs.
+    from dataclasses import fields
+
+    from conveyor import AsyncQueue
+    from conveyor.protocol.ops import ClaimedJob
+    from conveyor.worker.pool import JobPool
+
+    async def handler(data: Any) -> None:
+        return None
+
+    tasks = Tasks(queue_name)
+    async with AsyncQueue(queue_name, url=redis_url) as queue:
+        pool = JobPool(
+            queue, worker_id="w-7", handlers={"t": Task("t", handler, tasks)}, concurrency=1,
+            lease=30.0, freed=asyncio.Event(),
+        )  # fmt: skip
+        claimed = ClaimedJob(
+            "j1", "t", b'{"a":1}', 3, *[None] * 9, None, '{"h":"v"}', b'{"next":2}', None
+        )
+        pool.accept(claimed, "tok", 0)
+        ctx = pool.held["j1"].ctx
+        expected = {
+            "id": "j1", "queue": queue_name, "task": "t", "data": {"a": 1}, "attempt": 3,
+            "token": "tok", "worker_id": "w-7", "lost": False, "cancelled": False,
+            "waited": None, "headers": {"h": "v"}, "checkpoint": {"next": 2},
+            "loop": asyncio.get_running_loop(),
+        }  # fmt: skip
+        assert {f.name: getattr(ctx, f.name) for f in fields(ctx) if f.name in expected} == (
+            expected
+        )
+        assert ctx.flows is not None and type(ctx.flows).__name__ == "WorkerFlows"
+        for name, method in (("report_progress", "progress"), ("report_log", "job_log"),
+                             ("report_checkpoint", "checkpoint")):  # fmt: skip
+            assert getattr(getattr(ctx, name), "__name__", None) == method
+        assert {f.name for f in fields(ctx)} == {*expected, "flows", "report_progress",
+                                                "report_log", "report_checkpoint"}  # fmt: skip
+        assert pool.held["j1"].timeout is None and pool.held["j1"].problem is None

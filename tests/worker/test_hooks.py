@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
-from conveyor import AsyncQueue, PermanentError, Queue
+from conveyor import AsyncQueue, JobRequest, PermanentError, Queue
 from conveyor.client.core import QueueSettings
 from conveyor.client.tasks import Tasks
 from conveyor.errors import ConfigurationError, JobFailedError, ValidationError
 from conveyor.hooks import Hook, RunningJob
-from conveyor.worker import Worker, WorkerSettings
+from conveyor.worker import Worker, WorkerSettings, current_job
+from conveyor.worker.context import current_job_or_none
 from support.clients import AsyncFacade
 from support.workers import RunningWorker, WorkerRunner, wait_until
 
@@ -260,3 +261,57 @@ def test_a_lost_lease_is_told_and_the_stopped_run_too(
     handle.stop()
     assert hook.named("on_lease_lost") == [("on_lease_lost", "forever")]
     assert stopped[0][0] == "forever" and 0 < stopped[0][1] < 30
+
+
+class CurrentJobSeen(Hook):
+    """What current_job_or_none() gives in the hooks of a run."""
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    def before_run(self, job: RunningJob) -> None:
+        self.seen.append(current_job_or_none())
+
+    def after_success(self, job: RunningJob, *, duration: float) -> None:
+        self.seen.append(current_job_or_none())
+
+
+def test_hooks_of_a_run_see_no_current_job_between_quick_runs(
+    redis_url: str, queue_name: str, worker_runner: WorkerRunner
+) -> None:
+    # a runner may leave a quick run's job current until the next is set only when no hook
+    # of a run but the metrics recorder's could see it (pool.JobPool._quiet_runs)
+    hook = CurrentJobSeen()
+    tasks = Tasks(queue_name, url=redis_url, settings=QueueSettings(hooks=(hook,)))
+    ran: list[tuple[int, int]] = []
+
+    @tasks.task
+    async def quick(data: int) -> None:
+        ran.append((data, current_job().data))
+
+    tasks.queue().enqueue_many([JobRequest("quick", n) for n in range(50)])
+    handle = worker_runner.start(tasks)
+    wait_until(lambda: len(hook.seen) == 100, timeout=20)
+    handle.stop()
+    assert sorted(ran) == [(n, n) for n in range(50)]
+    assert hook.seen == [None] * 100
+
+
+async def test_a_runner_leaves_a_quick_run_s_job_current_only_with_quiet_hooks(
+    redis_url: str, queue_name: str
+) -> None:
+    from conveyor.hooks import Hooks
+    from conveyor.worker.metrics import MetricsRecorder
+    from conveyor.worker.pool import JobPool
+
+    async with AsyncQueue(queue_name, url=redis_url) as queue:
+        recorder = MetricsRecorder(queue.core)
+        for hooks, quiet in ((None, True), (Hooks((recorder,)), True),
+                             (Hooks((recorder, CurrentJobSeen())), False),
+                             (Hooks((Recorder(),)), False)):  # fmt: skip
+            pool = JobPool(
+                queue, worker_id="w", handlers={}, concurrency=1, lease=30.0,
+                freed=asyncio.Event(), hooks=hooks,
+            )  # fmt: skip
+            assert pool._quiet_runs is quiet
+            await pool.close()

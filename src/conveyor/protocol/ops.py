@@ -375,28 +375,86 @@ def decode_claim(reply: Sequence[Any]) -> ClaimReply:
     jobs = []
     for i in range(3, len(reply), CLAIM_ARITY):
         f = reply[i : i + CLAIM_ARITY]
-        jobs.append(
-            ClaimedJob(
-                id=text(f[0]),
-                task=None if f[1] is None else text(f[1]),
-                data=f[2] if f[2] is None or isinstance(f[2], bytes) else str(f[2]).encode(),
-                attempts=int(f[3]),
-                failures=_int(f[4]),
-                stalls=_int(f[5]),
-                max_failures=_int(f[6]),
-                max_stalls=_int(f[7]),
-                min_backoff_ms=_int(f[8]),
-                max_backoff_ms=_int(f[9]),
-                timeout_ms=_int(f[10]),
-                priority=_int(f[11]),
-                created_at_ms=_int(f[12]),
-                schedule=None if f[13] is None else text(f[13]),
-                headers=None if f[14] is None else text(f[14]),
-                checkpoint=_bytes(f[15]),
-                expires_at_ms=_int(f[16]),
-            )
-        )
+        try:
+            job = _claimed_fast(f)
+        except (AttributeError, TypeError, ValueError):  # an odd field: decoded one by one
+            job = _claimed(f)
+        jobs.append(job)
     return ClaimReply(int(reply[0]), _optional_ms(reply[1]), jobs, int(reply[2]) == 1)
+
+
+class _RepeatedInts(dict[Any, int]):
+    """int() of the fields a claim repeats job after job (failures, limits,
+    backoffs, timeout, priority): a dict lookup instead of a parse each. Holds
+    at most 1,024 values; past that, each is parsed."""
+
+    def __missing__(self, key: Any) -> int:
+        value = int(key)
+        if len(self) < 1024:
+            self[key] = value
+        return value
+
+
+_INTS = _RepeatedInts()
+
+
+def _claimed_fast(f: Sequence[Any]) -> ClaimedJob:
+    """A claimed job whose fields are what claim.lua writes (bytes or nil): the
+    same as _claimed's, in one call per job; raises on anything else (a
+    ValueError if there are not CLAIM_ARITY), and _claimed then decodes it
+    field by field."""
+    (id_, task, data, attempts, failures, stalls, max_f, max_s, min_b, max_b, timeout, prio,
+     created, sched, heads, cp, exp) = f  # fmt: skip
+    if data is not None and type(data) is not bytes:
+        raise TypeError("data")
+    ints = _INTS
+    return ClaimedJob(
+        id_.decode("utf-8", "replace"),
+        None if task is None else task.decode("utf-8", "replace"),
+        data,
+        int(attempts),
+        None if failures is None else ints[failures],
+        None if stalls is None else ints[stalls],
+        None if max_f is None else ints[max_f],
+        None if max_s is None else ints[max_s],
+        None if min_b is None else ints[min_b],
+        None if max_b is None else ints[max_b],
+        None if timeout is None else ints[timeout],
+        None if prio is None else ints[prio],
+        None if created is None else int(created),
+        None if sched is None else sched.decode("utf-8", "replace"),
+        None if heads is None else heads.decode("utf-8", "replace"),
+        None if cp is None else _bytes_only(cp),
+        None if exp is None else int(exp),
+    )
+
+
+def _bytes_only(value: bytes) -> bytes:
+    if type(value) is not bytes:
+        raise TypeError("not bytes")
+    return value
+
+
+def _claimed(f: Sequence[Any]) -> ClaimedJob:
+    return ClaimedJob(
+        id=text(f[0]),
+        task=None if f[1] is None else text(f[1]),
+        data=f[2] if f[2] is None or isinstance(f[2], bytes) else str(f[2]).encode(),
+        attempts=int(f[3]),
+        failures=_int(f[4]),
+        stalls=_int(f[5]),
+        max_failures=_int(f[6]),
+        max_stalls=_int(f[7]),
+        min_backoff_ms=_int(f[8]),
+        max_backoff_ms=_int(f[9]),
+        timeout_ms=_int(f[10]),
+        priority=_int(f[11]),
+        created_at_ms=_int(f[12]),
+        schedule=None if f[13] is None else text(f[13]),
+        headers=None if f[14] is None else text(f[14]),
+        checkpoint=_bytes(f[15]),
+        expires_at_ms=_int(f[16]),
+    )
 
 
 def complete(keys: QueueKeys, items: Sequence[tuple[str, str, str]], *, events_maxlen: int) -> Call:

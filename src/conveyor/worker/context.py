@@ -160,6 +160,7 @@ def _fraction(done: float, total: float | None) -> float:
 
 
 _current: ContextVar[JobContext | None] = ContextVar("conveyor_current_job", default=None)
+job_var = _current  # set by the worker around each run (execution.py), without set_current's call
 
 
 def current_job() -> JobContext:

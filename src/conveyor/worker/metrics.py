@@ -12,8 +12,8 @@ its counts to the next one.
 
 from __future__ import annotations
 
-import bisect
 import threading
+from bisect import bisect_left
 
 from conveyor import metrics
 from conveyor.client.core import QueueCore
@@ -46,11 +46,11 @@ class MetricsRecorder(Hook):
     def after_success(self, job: RunningJob, *, duration: float) -> None:
         # the wait is counted with the run's end: one hook call less per job
         counts = self._timings.get(job.task) or self._add_task(job.task)
-        counts[bisect.bisect_left(BOUNDS, duration)] += 1
+        counts[bisect_left(BOUNDS, duration)] += 1
         counts[RUN_SUM] += int(duration * 1e6)
         waited = job.waited
         if waited is not None:
-            counts[WAIT0 + bisect.bisect_left(BOUNDS, waited)] += 1
+            counts[WAIT0 + bisect_left(BOUNDS, waited)] += 1
             counts[WAIT_SUM] += int(waited * 1e6)
 
     def after_failure(

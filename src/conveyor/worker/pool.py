@@ -12,92 +12,43 @@ it. A batch of quick jobs so costs one wake-up, not one per job.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
 import types
-from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from conveyor import serializers
 from conveyor.client.aio import AsyncQueue
 from conveyor.client.tasks import Task
-from conveyor.errors import ConnectionLostError, ConveyorError, LeaseLostError, expired_error
+from conveyor.errors import ConnectionLostError, ConveyorError, expired_error
 from conveyor.hooks import Hooks
 from conveyor.hooks import call as call_hooks
 from conveyor.hooks import failed as hook_failed
-from conveyor.protocol import observe, ops
+from conveyor.protocol import ops
 from conveyor.worker.acks import AckBuffer, Ride
 from conveyor.worker.batches import Batches
-from conveyor.worker.context import JobContext
+from conveyor.worker.context import JobContext, job_var
 from conveyor.worker.execution import (
-    Failure,
     Outcome,
     Running,
-    Success,
     aborted_failure,
     execute,
 )
+from conveyor.worker.inbox import Inbox
+from conveyor.worker.metrics import MetricsRecorder
+from conveyor.worker.outcome_hooks import after_run, tell_outcome
 from conveyor.worker.policy import policies, policy_call
 from conveyor.worker.processes import PoolSettings, ProcessPool, needs_processes
 from conveyor.worker.steps import WorkerFlows
 from conveyor.worker.watchdog import LoopWatchdog
+from conveyor.worker.writes import HandlerWrites, log_failure
+
+__all__ = ["Inbox", "JobPool", "log_failure"]
 
 log = logging.getLogger("conveyor.worker")
-
-
-class Inbox:
-    """Accepted jobs waiting for a runner. At most one idle runner is woken
-    at a time: it takes the jobs one after another, and a runner about to
-    suspend hands the rest on to the next (`hand_on`)."""
-
-    def __init__(self) -> None:
-        self._jobs: deque[Running] = deque()
-        self._idle: deque[asyncio.Future[None]] = deque()
-        self._waking = False  # a runner was woken and has not looked yet
-
-    def put(self, running: Running) -> None:
-        self._jobs.append(running)
-        self.hand_on()
-
-    def hand_on(self) -> None:
-        """Wake an idle runner if jobs wait and none is on its way already."""
-        if not self._jobs or self._waking:
-            return
-        while self._idle:
-            waiter = self._idle.popleft()
-            if not waiter.done():  # not a runner cancelled while idle
-                waiter.set_result(None)
-                self._waking = True
-                return
-
-    async def get(self) -> Running:
-        while not self._jobs:
-            waiter = asyncio.get_running_loop().create_future()
-            self._idle.append(waiter)
-            try:
-                await waiter
-            except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled():  # woken, then cancelled
-                    self._waking = False
-                    self.hand_on()
-                with contextlib.suppress(ValueError):
-                    self._idle.remove(waiter)
-                raise
-            self._waking = False
-        return self._jobs.popleft()
-
-    @property
-    def waiting(self) -> int:
-        return len(self._jobs)
-
-    def take_all(self) -> list[Running]:
-        jobs = list(self._jobs)
-        self._jobs.clear()
-        return jobs
 
 
 class JobPool:
@@ -137,7 +88,14 @@ class JobPool:
         self._concurrency = concurrency
         self._lease = lease
         self._freed = freed  # set whenever a job finishes or a lease is let go
-        self._hooks = hooks or Hooks()
+        self._hooks = hooks = hooks or Hooks()
+        # No hook of a run reads current_job() or logs (the metrics recorder's only): between
+        # two quick runs, a runner may leave the first job current until the next is set.
+        self._quiet_runs = all(
+            isinstance(getattr(method, "__self__", None), MetricsRecorder)
+            for method in (*hooks.before_run, *hooks.after_success, *hooks.after_failure,
+                           *hooks.after_stopped)
+        )  # fmt: skip
         self._all_done = asyncio.Event()
         self._all_done.set()
         self._inbox = Inbox()
@@ -145,6 +103,10 @@ class JobPool:
         self._executor = ThreadPoolExecutor(concurrency, thread_name_prefix="conveyor-job")
         self._loop = asyncio.get_running_loop()
         self._flows = WorkerFlows(queue)
+        writes = HandlerWrites(queue, self._loop, lease, self.held)
+        self._progress = writes.progress  # bound once: every JobContext takes them
+        self._job_log = writes.job_log
+        self._checkpoint = writes.checkpoint
         self._tasks: list[asyncio.Task[None]] = []
         self._watchdog = LoopWatchdog(
             self._loop,
@@ -220,7 +182,8 @@ class JobPool:
 
     def accept(self, claimed: ops.ClaimedJob, token: str, now_ms: int | None = None) -> None:
         """Hold a claimed job and queue it for a runner."""
-        handler = self._handlers.get(claimed.task or "")
+        task = claimed.task or ""
+        handler = self._handlers.get(task)
         problem, data = None, None
         if handler is None:
             problem = f"UnknownTaskError: no task {claimed.task!r} in this worker"
@@ -233,79 +196,92 @@ class JobPool:
                 data = serializers.loads(claimed.data or b"")
             except ValueError as exc:  # UnicodeDecodeError and deep nesting included
                 problem = f"UndecodableDataError: job data is not JSON: {exc}"
-        if (
-            claimed.expires_at_ms is not None
-            and now_ms is not None
-            and claimed.expires_at_ms <= now_ms
-        ):
-            problem = expired_error(claimed.expires_at_ms)  # not run: failed for good (§16.2)
-        timeout_ms = claimed.timeout_ms or 0
+        expires = claimed.expires_at_ms
+        if expires is not None and now_ms is not None and expires <= now_ms:
+            problem = expired_error(expires)  # not run: failed for good (§16.2)
+        # JobContext's fields in their order (tests/worker/test_pool_accept.py): a dataclass
+        # built by keyword costs about twice as much
         ctx = JobContext(
-            id=claimed.id,
-            queue=self._queue_name,
-            task=claimed.task or "",
-            data=data,
-            attempt=claimed.attempts,
-            token=token,
-            worker_id=self._worker_id,
-            report_progress=self._progress,
-            report_log=self._job_log,
-            flows=self._flows,
-            loop=self._loop,
-        )
+            claimed.id, self._queue_name, task, data, claimed.attempts, token, self._worker_id,
+            self._progress, False, False, None, self._job_log, None, self._flows, self._loop,
+            None, self._checkpoint,
+        )  # fmt: skip
         if claimed.checkpoint is not None:  # resume where the last run saved (§16.7)
             try:
                 ctx.checkpoint = serializers.loads(claimed.checkpoint)
             except ValueError as exc:
                 problem = problem or f"UndecodableCheckpointError: not JSON: {exc}"
-        ctx.report_checkpoint = self._checkpoint
         if claimed.headers:
             ctx.headers = _headers(claimed.headers)
         created = claimed.created_at_ms
         if self._hooks.on_run and claimed.attempts == 1 and now_ms and created is not None:
-            ctx.waited = max(0, now_ms - created) / 1000
-        policy = self._policies.get(claimed.task or "")
-        if policy and problem is None:
-            self._policy_calls[claimed.id] = policy_call(
-                self._queue.core, claimed.id, token, policy
-            )
-            self._unsent_policies.append(claimed.id)
-        running = Running(ctx, timeout_ms / 1000 if timeout_ms > 0 else None, handler, problem)
+            waited = now_ms - created
+            ctx.waited = (waited if waited > 0 else 0) / 1000
+        if self._policies and problem is None:
+            policy = self._policies.get(task)
+            if policy:
+                self._policy_calls[claimed.id] = policy_call(
+                    self._queue.core, claimed.id, token, policy
+                )
+                self._unsent_policies.append(claimed.id)
+        timeout_ms = claimed.timeout_ms
+        timeout = timeout_ms / 1000 if timeout_ms is not None and timeout_ms > 0 else None
+        running = Running(ctx, timeout, handler, problem)
         self.held[claimed.id] = running
         self.in_flight += 1
-        if handler is not None and handler.size > 1:
+        if self.in_flight == 1:  # set only when none is in flight
+            self._all_done.clear()
+        if handler is None:
+            self._inbox.put(running)
+            return
+        if handler.size > 1:
             running.extra = handler.size - 1
             self.extra_units += running.extra
-        self._all_done.clear()
-        if handler is not None and handler.batch_size is not None:
+        if handler.batch_size is not None:
             self._batches.put(running)
         else:
             self._inbox.put(running)
 
     async def _run_jobs(self) -> None:
         """One runner: take jobs from the inbox and run them, one at a time."""
-        inbox = self._inbox
+        inbox, waiting = self._inbox, self._inbox.jobs
+        hooks, policy_calls, acks = self._hooks, self._policy_calls, self._acks
+        how = (self._executor, inbox.hand_on, self._watchdog.stalls, self.processes)
+        leave = self._quiet_runs
         while True:
-            running = await inbox.get()
+            # a job that waits is taken at once: no coroutine call for inbox.get()
+            if waiting:
+                running = waiting.popleft()
+            else:
+                job_var.set(None)  # the last quick run's job, left current (execute)
+                running = await inbox.get()
+            ctx = running.ctx
             try:
                 if running.extra:  # a heavy job: it starts when its size fits
+                    job_var.set(None)
                     inbox.hand_on()
                     await self._room_for(running)
-                if running.ctx.id in self._policy_calls:
+                if ctx.id in policy_calls:
+                    job_var.set(None)
                     await self._apply_policy(running)
-                if not running.ctx.lost:  # its lease may have gone while it waited
-                    if self._hooks.on_run:
-                        outcome = await self._execute_hooked(running)
+                if not ctx.lost:  # its lease may have gone while it waited
+                    if hooks.on_run:  # the hooks of a run, around execute() (not a coroutine more)
+                        if hooks.before_run:
+                            call_hooks(hooks.before_run, ctx)
+                        started = time.perf_counter()
+                        outcome = await execute(running, *how, leave)
+                        after_run(hooks, running, outcome, time.perf_counter() - started)
                     else:
-                        outcome = await self._execute(running)
+                        outcome = await execute(running, *how, leave)
                     if running.pending:  # progress writes first, or the ended run refuses them
+                        job_var.set(None)
                         inbox.hand_on()
                         await asyncio.gather(*running.pending, return_exceptions=True)
                     if outcome is not None:
                         running.ended = True
-                        self._acks.add(running.ctx.id, running.ctx.token, outcome)
+                        acks.add(ctx.id, ctx.token, outcome)
                         continue
-                self._drop(running.ctx.id)
+                self._drop(ctx.id)
             finally:
                 self.in_flight -= 1
                 if running.extra:
@@ -316,11 +292,6 @@ class JobPool:
                     self._room.set()
                 if not self.in_flight:
                     self._all_done.set()
-
-    def _execute(self, running: Running) -> Coroutine[Any, Any, Outcome]:
-        return execute(
-            running, self._executor, self._inbox.hand_on, self._watchdog.stalls, self.processes
-        )
 
     def _send_policies(self) -> None:
         """Send the policy calls of every job accepted so far in one round
@@ -359,29 +330,6 @@ class JobPool:
         else:
             running.timeout = timeout_ms / 1000 if timeout_ms > 0 else None
 
-    async def _execute_hooked(self, running: Running) -> Outcome:
-        """execute() between the hooks of a run."""
-        hooks, ctx = self._hooks, running.ctx
-        if hooks.before_run:
-            call_hooks(hooks.before_run, ctx)
-        started = time.perf_counter()
-        outcome = await self._execute(running)
-        duration = time.perf_counter() - started
-        if type(outcome) is Success:
-            for method in hooks.after_success:  # the common case, without call_hooks' layer
-                try:
-                    method(ctx, duration=duration)
-                except Exception:
-                    hook_failed(method)
-        elif isinstance(outcome, Failure):
-            running.failure = outcome
-            call_hooks(
-                hooks.after_failure, ctx, outcome.exc, error=outcome.error, duration=duration
-            )
-        else:
-            call_hooks(hooks.after_stopped, ctx, duration=duration)
-        return outcome
-
     async def _room_for(self, running: Running) -> None:
         """Wait until the started jobs leave room for this one's size (or none
         runs): the claim loop counts sizes, this keeps a claim's last heavy
@@ -416,35 +364,24 @@ class JobPool:
 
     def _written(self, job_id: str, what: str) -> None:
         """An outcome reached Redis (or was given up): stop holding the lease."""
-        running = self._drop(job_id)
-        hooks = self._hooks
-        # the common outcome tested first: failure-only hooks cost a success nothing
-        wanted = hooks.on_completed if what == "completed" else hooks.on_outcome
-        if running is not None and wanted:
-            self._tell_outcome(running, what)
+        running = self.held.pop(job_id, None)  # self._drop, inline: once per job
+        if running is not None:
+            self._freed.set()
+        if what == "completed":  # the common outcome first, its hooks without a layer
+            if running is not None:
+                for method in self._hooks.on_completed:
+                    try:
+                        method(running.ctx)
+                    except Exception:
+                        hook_failed(method)
+            self.processed += 1
+            return
+        if running is not None and self._hooks.on_outcome:
+            tell_outcome(self._hooks, running, what)
         if what == "lost":
             log.warning("job %s: lease lost before its outcome was written; discarded", job_id)
         elif what == "failed":
             self.failed += 1
-        elif what == "completed":
-            self.processed += 1
-
-    def _tell_outcome(self, running: Running, what: str) -> None:
-        hooks, ctx = self._hooks, running.ctx
-        if what == "completed":
-            for method in hooks.on_completed:  # the common case, without call_hooks' layer
-                try:
-                    method(ctx)
-                except Exception:
-                    hook_failed(method)
-            return
-        error = running.failure.error if running.failure is not None else ""
-        if what in ("retried", "delayed"):
-            call_hooks(hooks.on_retry, ctx, error=error)
-        elif what == "failed":
-            call_hooks(hooks.on_final_failure, ctx, error=error)
-        elif what in ("lost", "unwritten"):  # unwritten: left to lease expiry
-            call_hooks(hooks.on_lease_lost, ctx)
 
     def lose(self, ids: list[str]) -> None:
         """The heartbeat found these leases gone: stop their handlers."""
@@ -472,55 +409,6 @@ class JobPool:
             elif running.thread is None:  # not started: it never will
                 failure = aborted_failure()
                 running.problem = failure.error
-
-    def _progress(self, ctx: JobContext, fraction: float) -> None:
-        core = self._queue.core
-        call = ops.progress(
-            core.keys,
-            job_id=ctx.id,
-            token=ctx.token,
-            value=fraction,
-            events_maxlen=core.settings.events_maxlen,
-        )
-        self._write_for(ctx, call, "progress update")
-
-    def _job_log(self, ctx: JobContext, lines: list[str]) -> None:
-        call = observe.job_log(self._queue.core.keys, job_id=ctx.id, token=ctx.token, lines=lines)
-        self._write_for(ctx, call, "job log write")
-
-    def _write_for(self, ctx: JobContext, call: ops.Call, what: str) -> None:
-        """A write from a handler (progress, its log): async handlers go on
-        at once, sync ones (in a pool thread) wait for the write."""
-        running = self.held.get(ctx.id)
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # a sync handler's thread
-            future = asyncio.run_coroutine_threadsafe(self._queue.runner.run(call), self._loop)
-            try:
-                future.result(timeout=self._lease)
-            except Exception as exc:  # best effort: the job goes on
-                log.warning("%s failed: %s", what, exc)
-            return
-        task = asyncio.ensure_future(self._queue.runner.run(call))
-        task.add_done_callback(log_failure)
-        if running is not None:
-            running.pending.append(task)
-
-    def _checkpoint(self, ctx: JobContext, state: str) -> None:
-        """Save a handler's checkpoint: a sync handler (in a pool thread) waits
-        for the write and learns of a lost lease; an async one goes on (the
-        write lands before its outcome, which is written after it)."""
-        call = ops.checkpoint(self._queue.core.keys, job_id=ctx.id, token=ctx.token, state=state)
-        if _in_a_thread():
-            future = asyncio.run_coroutine_threadsafe(self._queue.runner.run(call), self._loop)
-            if int(future.result(timeout=self._lease)) != 1:
-                raise LeaseLostError(f"job {ctx.id}: lease lost; checkpoint not saved")
-            return
-        task = asyncio.ensure_future(self._queue.runner.run(call))
-        task.add_done_callback(log_failure)
-        running = self.held.get(ctx.id)
-        if running is not None:
-            running.pending.append(task)
 
     # --- shutdown ----------------------------------------------------------------------
 
@@ -585,17 +473,3 @@ def _seen(future: asyncio.Future[Any]) -> None:
     """Mark a shared future's exception as seen (its users read it, or not)."""
     if not future.cancelled():
         future.exception()
-
-
-def log_failure(future: Any) -> None:
-    if not future.cancelled() and future.exception() is not None:
-        log.warning("a write to Redis in the background failed: %s", future.exception())
-
-
-def _in_a_thread() -> bool:
-    """True in a sync handler's pool thread (no running event loop)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return True
-    return False
