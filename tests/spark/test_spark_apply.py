@@ -103,10 +103,13 @@ def test_equal_rows_share_one_job_run_once(
     out = apply(df, queue=queue_name, task="square", url=redis_url, timeout=120).collect()
     assert len(out) == 600 and len({r["job_id"] for r in out}) == 50
     assert {r["n"]: r["result"] for r in out if r["n"] == 6} == {6: "36"}
-    assert set(runs) == set(range(50)) and runs[6] == 1
+    assert runs == {n: 2 if n == 7 else 1 for n in range(50)}  # 7 fails once, retried
+    # 50 jobs in all (the events stream cannot tell: the workers' cap of 100 trims the
+    # `created` events once apply has read past them)
     with Queue(queue_name, url=redis_url) as q:
-        created = [e for e in q.events(after="0-0", count=10_000) if e.name == "created"]
-        assert len(created) == 50
+        counts = q.counts()
+        assert counts[JobState.COMPLETED] + counts[JobState.FAILED] == 50
+        assert sum(counts.values()) == 50
 
 
 def test_a_data_column_and_an_id_column_are_used_as_given(
