@@ -192,10 +192,11 @@ class EnqueueSender:
         left = [i for i, s in zip(ids, states, strict=True) if text(s or b"") not in FINAL_STATES]
         self.pending.append(pa.array(left, pa.string()))
 
-    def pending_ids(self) -> bytes:
-        """The pending ids seen so far (`track_pending`), newline-separated."""
+    def pending_ids(self, per_blob: int = 50_000) -> list[bytes]:
+        """The pending ids seen so far (`track_pending`), newline-separated, at most
+        `per_blob` in each (a blob stays far below Redis' 512 MB bulk limit)."""
         ids = [i for ids in self.pending or () for i in ids.to_pylist()]
-        return "\n".join(ids).encode()
+        return ["\n".join(ids[k : k + per_blob]).encode() for k in range(0, len(ids), per_blob)]
 
     def _count(self, outcome: str, n: int) -> None:
         if n:

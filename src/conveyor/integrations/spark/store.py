@@ -182,10 +182,12 @@ def sort_records(
     pipe.execute_command("SORT", scratch, "BY", "nosort", *gets)  # type: ignore[no-untyped-call]
     pipe.delete(scratch)
     replies = pipe.execute(raise_on_error=False)
-    if not isinstance(replies[1], Exception):
+    errors = [reply for reply in replies if isinstance(reply, Exception)]
+    if not errors and len(replies[1]) == len(ids) * len(fields):
         return list(replies[1])
-    if not isinstance(replies[1], rx.ResponseError | rx.NoPermissionError):
-        raise replies[1]
+    for error in errors:
+        if not isinstance(error, rx.ResponseError | rx.NoPermissionError):
+            raise error
     pipe = client.pipeline(transaction=False)
     for job_id in ids:
         pipe.hmget(keys.job(job_id), list(fields))

@@ -229,9 +229,9 @@ def _push_pending(queue: Queue, config: WriteConfig, sender: EnqueueSender) -> N
     end later all the same."""
     if config.pending_key is None:
         return
-    blob = sender.pending_ids()
+    blobs = sender.pending_ids()
     with queue.client.pipeline(transaction=False) as pipe:
-        if blob:
+        for blob in blobs:
             pipe.rpush(config.pending_key, blob)
         pipe.expire(config.pending_key, config.staging_ttl)
         pipe.execute()
