@@ -34,6 +34,7 @@ from conveyor.errors import ValidationError, WaitTimeoutError
 from . import store
 from .encode import OPTION_COLUMNS
 from .options import Target
+from .schema import column
 from .writer import WRITE_ID_PATTERN
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ RESULT_COLUMNS = (
 _RECORD_FIELDS = ("state", "result", "error", "attempts", "started_at", "finished_at", "worker")
 # Events after which a job of the rows will not run again on its own.
 _ENDS = {b"completed", b"failed", b"cancelled", b"removed"}
-_PAGE = 1000
+_OUTCOME_PAGE = 5000  # ids per SORT
 _BLOCK_MS = 5_000  # one blocking read's length; the loop reads again at once
 
 
@@ -106,13 +107,15 @@ def apply(
     )
     client = target.client()
     reader = f"apply-{uuid.uuid4().hex[:16]}"
+    pending_key = store.apply_pending_key(target.keys(), reader)
     try:
         position = _register_reader(client, target, reader)
-        _write(with_ids, plan, write_options or {})
-        pending = _pending_ids(with_ids, plan)
+        _write(with_ids, plan, {**(write_options or {}), "pendingKey": pending_key})
+        pending = _pending_ids(client, pending_key)
         _wait(client, target, reader, position, pending, timeout)
     finally:
         store.unregister_consumer(client, target.keys(), reader)
+        client.delete(pending_key)
         client.close()
     return _with_outcomes(with_ids, plan)
 
@@ -168,44 +171,11 @@ def _write(with_ids: DataFrame, plan: _Plan, write_options: Mapping[str, str]) -
     writer.mode("append").save()
 
 
-def _pending_ids(with_ids: DataFrame, plan: _Plan) -> set[str]:
-    """The ids of the rows whose job has not finished, read from their records by the
-    executors (pipelined `HGET state`, a page per round trip)."""
-    target = plan.target
-
-    def unfinished(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
-
-        client = target.client()
-        try:
-            for batch in batches:
-                ids = batch.column(0).to_pylist()
-                states = _read(client, target, ids, ("state",))
-                left = [i for i, (s,) in zip(ids, states, strict=True) if s not in _OVER]
-                yield pa.RecordBatch.from_arrays([pa.array(left, pa.string())], names=["id"])
-        finally:
-            client.close()
-
-    ids = with_ids.select("__conveyor_id")  # no distinct(): a shuffle; the set dedups
-    return {row[0] for row in ids.mapInArrow(unfinished, "id string").collect()}
-
-
-# A record in any other state (waiting, delayed, active, waiting for its children) will
-# still end; a missing one (cancelled, removed, or expired since) will not.
-_OVER = {b"completed", b"failed", None}
-
-
-def _read(
-    client: redis.Redis, target: Target, ids: list[str], fields: tuple[str, ...]
-) -> list[list[Any]]:
-    keys = target.keys()
-    rows: list[list[Any]] = []
-    for start in range(0, len(ids), _PAGE):
-        pipe = client.pipeline(transaction=False)
-        for job_id in ids[start : start + _PAGE]:
-            pipe.hmget(keys.job(job_id), list(fields))
-        rows += pipe.execute()
-    return rows
+def _pending_ids(client: redis.Redis, pending_key: str) -> set[bytes]:
+    """The ids of the rows whose job has not finished, as the write's tasks listed them
+    from the scripts' replies (created, or standing in a state that is not final)."""
+    blobs: list[bytes] = client.lrange(pending_key, 0, -1)  # type: ignore[assignment]
+    return {job_id for blob in blobs for job_id in blob.split(b"\n") if job_id}
 
 
 def _wait(
@@ -213,13 +183,13 @@ def _wait(
     target: Target,
     reader: str,
     position: str,
-    pending: set[str],
+    pending: set[str] | set[bytes],
     timeout: float | None,
 ) -> None:
     """Read the events stream from `position` until no id of `pending` is left."""
     keys = target.keys()
     deadline = None if timeout is None else time.monotonic() + timeout
-    waiting = {job_id.encode() for job_id in pending}
+    waiting = {i if isinstance(i, bytes) else i.encode() for i in pending}
     while waiting:
         block = _BLOCK_MS
         if deadline is not None:
@@ -255,9 +225,8 @@ def _with_outcomes(with_ids: DataFrame, plan: _Plan) -> DataFrame:
         client = target.client()
         try:
             for batch in batches:
-                ids = batch.column("__conveyor_id").to_pylist()
-                records = _read(client, target, ids, _RECORD_FIELDS)
-                added = _outcome_columns(ids, records)
+                ids = batch.column("__conveyor_id")
+                added = _outcome_columns(ids, _read_records(client, target, ids.to_pylist()))
                 arrays = [batch.column(name) for name in columns] + list(added.values())
                 yield pa.RecordBatch.from_arrays(arrays, names=[*columns, *added])
         finally:
@@ -266,33 +235,45 @@ def _with_outcomes(with_ids: DataFrame, plan: _Plan) -> DataFrame:
     return with_ids.mapInArrow(outcomes, ddl)
 
 
-def _outcome_columns(ids: list[str], records: list[list[Any]]) -> dict[str, pa.Array]:
+def _read_records(client: redis.Redis, target: Target, ids: list[str]) -> list[Any]:
+    """`_RECORD_FIELDS` of each id's record, flat, a page of ids per server call."""
+    keys = target.keys()
+    flat: list[Any] = []
+    for start in range(0, len(ids), _OUTCOME_PAGE):
+        flat += store.sort_records(client, keys, ids[start : start + _OUTCOME_PAGE], _RECORD_FIELDS)
+    return flat
+
+
+def _outcome_columns(ids: pa.Array, flat: list[Any]) -> dict[str, pa.Array]:
+    """The added columns, built column-wise in Arrow from the records' raw fields."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
-    def text(value: Any) -> str | None:
-        return None if value is None else value.decode("utf-8", "replace")
+    width = len(_RECORD_FIELDS)
+    raw = {name: pa.array(flat[i::width], pa.binary()) for i, name in enumerate(_RECORD_FIELDS)}
 
-    def number(value: Any) -> int | None:
+    def text(name: str) -> pa.Array:
+        values = raw[name]
         try:
-            return int(value)
-        except (TypeError, ValueError):
-            return None
+            return values.cast(pa.string())
+        except pa.ArrowInvalid:  # not UTF-8: decoded with replacement, as the events are
+            return pa.array([None if v is None else v.decode("utf-8", "replace")
+                             for v in values.to_pylist()], pa.string())  # fmt: skip
 
-    states, results, errors, attempts, run_times, workers = [], [], [], [], [], []
-    for state, result, error, tries, started, finished, worker in records:
-        states.append(text(state) or "missing")
-        results.append(text(result))
-        errors.append(text(error))
-        attempts.append(number(tries) if tries is not None else (0 if state else None))
-        begin, end = number(started), number(finished)
-        run_times.append(None if begin is None or end is None else (end - begin) / 1000)
-        workers.append(text(worker))
+    def number(name: str) -> pa.Array:
+        return column(raw[name], pa.field(name, pa.int64()))
+
+    state = text("state")
+    none = pa.scalar(None, pa.int64())
+    present = pc.fill_null(pc.not_equal(state, ""), False)
+    started, finished = number("started_at"), number("finished_at")
     return {
-        "job_id": pa.array(ids, pa.string()),
-        "state": pa.array(states, pa.string()),
-        "result": pa.array(results, pa.string()),
-        "error": pa.array(errors, pa.string()),
-        "attempts": pa.array(attempts, pa.int32()),
-        "run_time": pa.array(run_times, pa.float64()),
-        "worker": pa.array(workers, pa.string()),
+        "job_id": ids.cast(pa.string()),
+        "state": pc.if_else(present, state, "missing"),
+        "result": text("result"),
+        "error": text("error"),
+        # a record leaves out attempts while it is 0 (docs/protocol.md §4.1)
+        "attempts": pc.if_else(present, pc.fill_null(number("attempts"), 0), none).cast(pa.int32()),
+        "run_time": pc.divide(pc.subtract(finished, started).cast(pa.float64()), 1000.0),
+        "worker": text("worker"),
     }

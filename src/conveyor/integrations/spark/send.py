@@ -31,9 +31,13 @@ from . import store
 from .encode import Chunk, resp
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     import redis
 
-__all__ = ["EnqueueSender"]
+__all__ = ["FINAL_STATES", "EnqueueSender"]
+
+# States after which a job will not run again on its own ('' or none: no record left).
+FINAL_STATES = frozenset({"completed", "failed", ""})
 
 
 class _Head:
@@ -53,7 +57,13 @@ class EnqueueSender:
     no look-up: the script skips what exists)."""
 
     def __init__(
-        self, client: redis.Redis, core: QueueCore, *, depth: int, skip_existing: bool
+        self,
+        client: redis.Redis,
+        core: QueueCore,
+        *,
+        depth: int,
+        skip_existing: bool,
+        track_pending: bool = False,
     ) -> None:
         self.client = client
         self.core = core
@@ -67,6 +77,9 @@ class EnqueueSender:
                                   SKIP_ARITY),
         }  # fmt: skip
         self.outcomes: dict[str, int] = {}
+        # with `track_pending`: the ids whose job will still end (created, or standing in a
+        # state that is not final), from the scripts' replies (`pending_ids`)
+        self.pending: list[pa.Array] | None = [] if track_pending else None
         self._waiting: list[Chunk] = []
         self._in_flight: deque[list[Chunk]] = deque()
         self._connection: Any = None
@@ -112,6 +125,8 @@ class EnqueueSender:
         if not existing:
             return list(group)
         self._count("skipped", len(existing))
+        if self.pending is not None:
+            self._track_unfinished(sorted(existing))
         kept = [chunk.without(existing) if chunk.script == "enqueue" else chunk for chunk in group]
         return [chunk for chunk in kept if chunk.count]
 
@@ -140,9 +155,48 @@ class EnqueueSender:
                 created = ops.skip_created(reply)
                 self._count("created", created)
                 self._count("skipped", chunk.count - created)
+                if self.pending is not None:
+                    self._track(chunk, [
+                        int(reply[k]) - 1 for k in range(1, len(reply), 2)
+                        if text(reply[k + 1]) in FINAL_STATES
+                    ])  # fmt: skip
                 continue
-            for outcome in reply[0::2]:
+            states = reply[1 : 2 * chunk.count : 2]  # per job: outcome, state (then extras)
+            for outcome in reply[0 : 2 * chunk.count : 2]:
                 self._count(text(outcome), 1)
+            if self.pending is not None:
+                self._track(chunk, [k for k, s in enumerate(states) if text(s) in FINAL_STATES])
+
+    def _track(self, chunk: Chunk, over: list[int]) -> None:
+        """Record the chunk's ids but those at positions `over` (jobs that will not end
+        again: finished, or gone) as pending."""
+        assert self.pending is not None
+        if not over:
+            self.pending.append(chunk.ids)
+            return
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        keep = pc.invert(pc.is_in(pa.array(range(chunk.count)), pa.array(over, pa.int64())))
+        self.pending.append(chunk.ids.filter(keep))
+
+    def _track_unfinished(self, ids: list[str]) -> None:
+        """Ids that exist and were not sent: pending unless their record is finished."""
+        import pyarrow as pa
+
+        assert self.pending is not None
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hget(self.core.keys.job(job_id), "state")
+        states = pipe.execute()
+        left = [i for i, s in zip(ids, states, strict=True) if text(s or b"") not in FINAL_STATES]
+        self.pending.append(pa.array(left, pa.string()))
+
+    def pending_ids(self, per_blob: int = 50_000) -> list[bytes]:
+        """The pending ids seen so far (`track_pending`), newline-separated, at most
+        `per_blob` in each (a blob stays far below Redis' 512 MB bulk limit)."""
+        ids = [i for ids in self.pending or () for i in ids.to_pylist()]
+        return ["\n".join(ids[k : k + per_blob]).encode() for k in range(0, len(ids), per_blob)]
 
     def _count(self, outcome: str, n: int) -> None:
         if n:

@@ -11,6 +11,7 @@ Every key used here carries the queue's hash tag, so all of it is Redis Cluster-
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,7 @@ __all__ = [
     "index_key",
     "raw_streams",
     "register_consumer",
+    "sort_records",
     "trim_events",
 ]
 
@@ -156,6 +158,40 @@ def staging_key(keys: QueueKeys, write_id: str, partition: int, attempt: int) ->
 
 def staging_aborted(keys: QueueKeys, write_id: str) -> str:
     return f"{keys.base}staging:{write_id}:aborted"
+
+
+def apply_pending_key(keys: QueueKeys, reader: str) -> str:
+    """Where the tasks of one `apply` write list the ids of the jobs that will still end."""
+    return f"{keys.base}spark:apply:{reader}:pending"
+
+
+def sort_records(
+    client: redis.Redis, keys: QueueKeys, ids: Sequence[str], fields: Sequence[str]
+) -> list[Any]:
+    """`fields` of the records of `ids` (None where absent), flat, `len(fields)` per id in
+    order: the ids are put in a list of their own for a moment and read with one
+    `SORT list BY nosort GET ..` (the reader's one server call per page, instead of a
+    pipelined HMGET per id), in one pipeline with the list's creation and deletion. Where
+    `SORT ... GET` is refused (see `fetch_jobs`), pipelined HMGETs."""
+    if not ids:
+        return []
+    scratch = f"{keys.base}spark:ids:{uuid.uuid4().hex}"
+    gets = [part for field in fields for part in ("GET", f"{keys.job('*')}->{field}")]
+    pipe = client.pipeline(transaction=False)
+    pipe.rpush(scratch, *ids)
+    pipe.execute_command("SORT", scratch, "BY", "nosort", *gets)  # type: ignore[no-untyped-call]
+    pipe.delete(scratch)
+    replies = pipe.execute(raise_on_error=False)
+    errors = [reply for reply in replies if isinstance(reply, Exception)]
+    if not errors and len(replies[1]) == len(ids) * len(fields):
+        return list(replies[1])
+    for error in errors:
+        if not isinstance(error, rx.ResponseError | rx.NoPermissionError):
+            raise error
+    pipe = client.pipeline(transaction=False)
+    for job_id in ids:
+        pipe.hmget(keys.job(job_id), list(fields))
+    return [value for values in pipe.execute() for value in values]
 
 
 class WriteAbortedError(RuntimeError):

@@ -62,6 +62,7 @@ class WriteConfig:
     pipeline_depth: int
     validate_data: bool
     staging_ttl: int
+    pending_key: str | None  # apply's: where each task lists the ids whose job will still end
     fail_after_rows: int | None  # testing aid: raise in a task's first attempt
 
     @classmethod
@@ -79,6 +80,9 @@ class WriteConfig:
             raise ConfigurationError(f"writeId/idPrefix {write_id!r}: use 1-64 of A-Za-z0-9_.-")
         fail_after = options.integer("testFailAfterRows", -1, minimum=-1)
         if_exists = options.choice("ifExists", "skip", ("skip", "update"))
+        pending_key = options.text("pendingKey")
+        if pending_key is not None and not pending_key.startswith(target.keys().base):
+            raise ConfigurationError(f"pendingKey must be a key of queue {target.queue!r}")
         config = cls(
             target=target,
             task=task,
@@ -92,6 +96,7 @@ class WriteConfig:
             pipeline_depth=options.integer("pipelineDepth", 8, minimum=1),
             validate_data=options.flag("validateData", True),
             staging_ttl=options.integer("stagingTtl", 86_400, minimum=60),
+            pending_key=pending_key,
             fail_after_rows=None if fail_after < 0 else fail_after,
         )
         options.finish(ignore=("checkpointLocation", "path"))
@@ -165,6 +170,7 @@ class _PartitionWrite:
                     self._batch(batch)
             if not self.config.atomic:
                 self.outcomes = self.sender.flush()
+                _push_pending(self.queue, self.config, self.sender)
         finally:
             self.sender.close()
             self.queue.close()
@@ -212,7 +218,23 @@ def _sender(queue: Queue, config: WriteConfig) -> EnqueueSender:
         queue.core,
         depth=config.pipeline_depth,
         skip_existing=config.skip_existing,
+        track_pending=config.pending_key is not None,
     )
+
+
+def _push_pending(queue: Queue, config: WriteConfig, sender: EnqueueSender) -> None:
+    """With `pendingKey` (apply's): append the ids of this task's jobs that will still end,
+    told by the scripts' replies, so the driver needs no pass over the rows to find them.
+    A failed attempt may have listed some too: jobs it created or found unfinished, which
+    end later all the same."""
+    if config.pending_key is None:
+        return
+    blobs = sender.pending_ids()
+    with queue.client.pipeline(transaction=False) as pipe:
+        for blob in blobs:
+            pipe.rpush(config.pending_key, blob)
+        pipe.expire(config.pending_key, config.staging_ttl)
+        pipe.execute()
 
 
 def _summary(messages: Sequence[WriterCommitMessage | None]) -> dict[str, int]:
@@ -270,6 +292,7 @@ class JobsWriter(DataSourceArrowWriter):
                     for chunk in store.staged_chunks(queue.client, message.staged):
                         sender.add(chunk)
             sender.flush()
+            _push_pending(queue, config, sender)
             store.drop_staging(queue.client, queue.core.keys, config.write_id)
         finally:
             sender.close()
