@@ -45,5 +45,28 @@ def policies(handlers: Mapping[str, Task[Any, Any]], core: QueueCore) -> dict[st
     return {name: policy for name, policy in found.items() if policy}
 
 
+# the claim reply's field for each option it carries (result_ttl is not in the reply)
+CLAIMED = {
+    "max_failures": "max_failures",
+    "max_stalls": "max_stalls",
+    "min_backoff": "min_backoff_ms",
+    "max_backoff": "max_backoff_ms",
+    "timeout": "timeout_ms",
+}
+
+
+def carried(claimed: ops.ClaimedJob, policy: Policy) -> bool:
+    """Whether the claimed job already runs on every option of `policy`: the
+    claim reply gives each option in force (the record's, else the protocol
+    default), so when all equal the task's, policy.lua would change nothing a
+    script reads, and its round trip is saved. A job written by `task.enqueue`
+    carries its task's options; one enqueued by name usually does not."""
+    for name, value in policy:
+        field = CLAIMED.get(name)
+        if field is None or getattr(claimed, field) != value:
+            return False
+    return True
+
+
 def policy_call(core: QueueCore, job_id: str, token: str, policy: Policy) -> ops.Call:
     return ops.policy(core.keys, job_id, token, policy)

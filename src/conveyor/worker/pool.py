@@ -40,7 +40,7 @@ from conveyor.worker.execution import (
 from conveyor.worker.inbox import Inbox
 from conveyor.worker.metrics import MetricsRecorder
 from conveyor.worker.outcome_hooks import after_run, tell_outcome
-from conveyor.worker.policy import policies, policy_call
+from conveyor.worker.policy import carried, policies, policy_call
 from conveyor.worker.processes import PoolSettings, ProcessPool, needs_processes
 from conveyor.worker.steps import WorkerFlows
 from conveyor.worker.watchdog import LoopWatchdog
@@ -219,7 +219,7 @@ class JobPool:
             ctx.waited = (waited if waited > 0 else 0) / 1000
         if self._policies and problem is None:
             policy = self._policies.get(task)
-            if policy:
+            if policy and not carried(claimed, policy):
                 self._policy_calls[claimed.id] = policy_call(
                     self._queue.core, claimed.id, token, policy
                 )
