@@ -383,21 +383,6 @@ def decode_claim(reply: Sequence[Any]) -> ClaimReply:
     return ClaimReply(int(reply[0]), _optional_ms(reply[1]), jobs, int(reply[2]) == 1)
 
 
-class _RepeatedInts(dict[Any, int]):
-    """int() of the fields a claim repeats job after job (failures, limits,
-    backoffs, timeout, priority): a dict lookup instead of a parse each. Holds
-    at most 1,024 values; past that, each is parsed."""
-
-    def __missing__(self, key: Any) -> int:
-        value = int(key)
-        if len(self) < 1024:
-            self[key] = value
-        return value
-
-
-_INTS = _RepeatedInts()
-
-
 def _claimed_fast(f: Sequence[Any]) -> ClaimedJob:
     """A claimed job whose fields are what claim.lua writes (bytes or nil): the
     same as _claimed's, in one call per job; raises on anything else (a
@@ -407,20 +392,19 @@ def _claimed_fast(f: Sequence[Any]) -> ClaimedJob:
      created, sched, heads, cp, exp) = f  # fmt: skip
     if data is not None and type(data) is not bytes:
         raise TypeError("data")
-    ints = _INTS
     return ClaimedJob(
         id_.decode("utf-8", "replace"),
         None if task is None else task.decode("utf-8", "replace"),
         data,
         int(attempts),
-        None if failures is None else ints[failures],
-        None if stalls is None else ints[stalls],
-        None if max_f is None else ints[max_f],
-        None if max_s is None else ints[max_s],
-        None if min_b is None else ints[min_b],
-        None if max_b is None else ints[max_b],
-        None if timeout is None else ints[timeout],
-        None if prio is None else ints[prio],
+        None if failures is None else int(failures),
+        None if stalls is None else int(stalls),
+        None if max_f is None else int(max_f),
+        None if max_s is None else int(max_s),
+        None if min_b is None else int(min_b),
+        None if max_b is None else int(max_b),
+        None if timeout is None else int(timeout),
+        None if prio is None else int(prio),
         None if created is None else int(created),
         None if sched is None else sched.decode("utf-8", "replace"),
         None if heads is None else heads.decode("utf-8", "replace"),

@@ -157,21 +157,7 @@ async def execute(
     started = loop.time()
     left = False
     try:
-        handler = running.handler
-        if handler is not None and handler.executor is None and handler.is_async:
-            # the common path, _start's first case without its call: on the loop
-            coro = handler.fn(running.ctx.data)
-            if type(coro) is types.CoroutineType:
-                try:
-                    suspended_on = coro.send(None)
-                except StopIteration as done:
-                    finished, result = True, done.value
-                else:
-                    finished, result = False, _resume(coro, suspended_on)
-            else:  # some other awaitable: awaited as it is
-                finished, result = False, coro
-        else:
-            finished, result = _start(running, loop, executor, processes)
+        finished, result = _start(running, loop, executor, processes)
         if finished:
             left = leave_current
             if running.timeout is not None and loop.time() - started > running.timeout:

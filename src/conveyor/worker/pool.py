@@ -199,8 +199,8 @@ class JobPool:
         expires = claimed.expires_at_ms
         if expires is not None and now_ms is not None and expires <= now_ms:
             problem = expired_error(expires)  # not run: failed for good (§16.2)
-        # JobContext's fields in their order (tests/worker/test_pool_accept.py): a dataclass
-        # built by keyword costs about twice as much
+        # JobContext's fields in their order (test_handler_steps.py checks them): a
+        # dataclass built by keyword costs about twice as much
         ctx = JobContext(
             claimed.id, self._queue_name, task, data, claimed.attempts, token, self._worker_id,
             self._progress, False, False, None, self._job_log, None, self._flows, self._loop,
