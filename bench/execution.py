@@ -130,6 +130,10 @@ def _env(url: str, mark_url: str, loops: int, *, peers: bool = False) -> dict[st
     path = str(ROOT) if peers else f"{ROOT}{os.pathsep}{ROOT / 'src'}"
     return {
         **os.environ,
+        # the marker's thread flushes every 50 ms, not 5: each flush takes the GIL from the job
+        # and wakes the mark server, which cost every system's 5 ms jobs about a tenth of their
+        # throughput, a cost the plain loop does not pay (bench/README.md, "Execution")
+        "BENCH_MARK_FLUSH": "0.05",
         "PYTHONPATH": path,
         "BENCH_REDIS_URL": url,
         "BENCH_MARK_URL": mark_url,

@@ -20,7 +20,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from conveyor.client.core import QueueCore
 from conveyor.client.transport import AsyncRunner, raised, translated
@@ -48,6 +48,17 @@ class Ride:
     landed: Callable[[Any], None]
 
 
+class Rider(Protocol):
+    """What the ack writer asks of the claim loop (claiming.Rider): a claim to
+    send behind a batch of `acked` outcomes, or None; and how many batches may
+    be in flight at once."""
+
+    @property
+    def turns(self) -> int: ...
+
+    def __call__(self, acked: int) -> Ride | None: ...
+
+
 class AckBuffer:
     def __init__(
         self,
@@ -65,8 +76,7 @@ class AckBuffer:
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        # (jobs in a batch) -> a claim to send behind it, or None (runtime._ride)
-        self.rider: Callable[[int], Ride | None] | None = None
+        self.rider: Rider | None = None
         self._ran: set[str] = set()  # scripts whose outcomes were written (a ride needs them)
         # outcomes in batches in flight that Redis runs before anything written after them
         self.ahead = 0
@@ -81,8 +91,7 @@ class AckBuffer:
         pipelines may take different connections of its pool)."""
         if self.rider is None or self.runner.wire is None:
             return 1
-        turns: int = getattr(self.rider, "turns", 1)  # claiming.Rider
-        return turns
+        return self.rider.turns
 
     def add(self, job_id: str, token: str, outcome: Ended) -> None:
         self._pending.append((job_id, token, outcome))

@@ -28,7 +28,7 @@ from conveyor.hooks import Hooks
 from conveyor.hooks import call as call_hooks
 from conveyor.hooks import failed as hook_failed
 from conveyor.protocol import ops
-from conveyor.worker.acks import AckBuffer, Ride
+from conveyor.worker.acks import AckBuffer, Rider
 from conveyor.worker.batches import Batches
 from conveyor.worker.context import JobContext, job_var
 from conveyor.worker.execution import (
@@ -151,7 +151,7 @@ class JobPool:
         """The capacity the held leases take, in units of task size."""
         return len(self.held) + self.extra_units
 
-    def ride_with(self, rider: Callable[[int], Ride | None]) -> None:
+    def ride_with(self, rider: Rider) -> None:
         """Let the worker send a claim behind a batch of outcomes (acks.Ride)."""
         self._acks.rider = rider
 
