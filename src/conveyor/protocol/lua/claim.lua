@@ -209,34 +209,43 @@ local leased = 0
 local examined = 0
 local stopped_early = false  -- by a suspect or the visit bound: others may claim on
 
--- Lease one popped id; returns false when claiming must stop here (a
--- suspect met after other jobs was put back, or a suspect was leased).
+-- Lease one id taken off a ready index; returns false when claiming must stop
+-- here (a suspect met after other jobs was put back, or a suspect was leased).
+-- `score` is the id's ready score when it was popped, or nil when the id is
+-- still in `from` (claim_in_order removes the ids it handled after its loop).
+local put_back = false  -- set when take stopped at a suspect it left for the next claim
+local n_out = #out
 local function take(id, score, from)
   local job_key = base .. 'job:' .. id
   local f = fields_of(job_key)
+  local state = f[1]
+  if state ~= 'waiting' then
+    if not state then
+      fail_corrupt(id, 'job record missing')
+    elseif not KNOWN_STATES[state] then
+      fail_corrupt(id, "corrupt record: unknown state '" .. state .. "'")
+    end  -- else a stale index entry: dropped, record untouched
+    return true
+  end
   local attempts, stalls = tonumber(f[4] or '0'), tonumber(f[6] or '0')
-  if not f[1] then
-    fail_corrupt(id, 'job record missing')
-    return true
-  elseif not KNOWN_STATES[f[1]] then
-    fail_corrupt(id, "corrupt record: unknown state '" .. f[1] .. "'")
-    return true
-  elseif f[1] ~= 'waiting' then
-    return true  -- a stale index entry
-  elseif not (attempts and stalls) then
+  if not (attempts and stalls) then
     fail_corrupt(id, 'corrupt record: attempts or stalls is not a number')
     return true
   end
-  if f[20] then  -- concurrency keys (§16.5): park the job while one holds it back
-    local key, until_ms = ckey_hold(f[20], now)
+  local ckeys = f[20]
+  if ckeys then  -- concurrency keys (§16.5): park the job while one holds it back
+    local key, until_ms = ckey_hold(ckeys, now)
     if key then
-      ckey_park(id, score, key, until_ms)
+      ckey_park(id, score or redis.call('ZSCORE', from, id), key, until_ms)
       if until_ms ~= CKEY_INF then due_at(until_ms) end
       return true
     end
   end
   if stalls > 0 and (leased > 0 or not alone) then
-    redis.call('ZADD', from, score, id)  -- a suspect runs alone, in the next claim
+    if score then
+      redis.call('ZADD', from, score, id)  -- a suspect runs alone, in the next claim
+    end
+    put_back = true
     out[3] = 1
     return false
   end
@@ -245,35 +254,48 @@ local function take(id, score, from)
   redis.call('HSET', job_key, 'attempts', attempt, 'state', 'active', 'token', token,
              'worker', worker, 'started_at', now_text)
   lease(lease_end, id)
-  emit(events, maxlen, 'event', 'active', 'id', id, 'attempt', attempt, 'worker', worker)
-  if f[16] and f[16] ~= '' then
-    redis.call('HINCRBY', gactive, f[16], 1)
+  -- the stream is trimmed once, after the loop (trim, common.lua)
+  redis.call('XADD', events, '*', 'event', 'active', 'id', id, 'attempt', attempt,
+             'worker', worker)
+  local group = f[16]
+  if group and group ~= '' then
+    redis.call('HINCRBY', gactive, group, 1)
   end
-  if f[20] then ckey_take(f[20], now) end
-  out[#out + 1] = id
-  f[3] = read_data(job_key, f[3], f[17], f[18] or false)  -- every field was read
-  f[4] = attempts
-  for k = 2, RETURNED do
-    out[#out + 1] = f[k] or DEFAULTED[k] or false  -- false: a nil reply, kept in place
-  end
-  out[#out + 1] = f[21] or false  -- checkpoint (§16.7)
-  out[#out + 1] = f[19] or false  -- expires_at (§16.2)
+  if ckeys then ckey_take(ckeys, now) end
+  local data = f[3]  -- every field was read: data3 is false when missing
+  if data and f[17] then data = read_data(job_key, data, f[17], f[18] or false) end
+  -- the reply's 17 fields; false: a nil reply, kept in place
+  local o = n_out
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, f[2] or false, data or false, attempts
+  out[o + 5], out[o + 6] = f[5] or DEFAULTED[5], f[6] or DEFAULTED[6]
+  out[o + 7], out[o + 8] = f[7] or DEFAULTED[7], f[8] or DEFAULTED[8]
+  out[o + 9], out[o + 10] = f[9] or DEFAULTED[9], f[10] or DEFAULTED[10]
+  out[o + 11], out[o + 12] = f[11] or DEFAULTED[11], f[12] or DEFAULTED[12]
+  out[o + 13], out[o + 14], out[o + 15] = f[13] or false, f[14] or false, f[15] or false
+  out[o + 16] = f[21] or false  -- checkpoint (§16.7)
+  out[o + 17] = f[19] or false  -- expires_at (§16.2)
+  n_out = o + 17
   leased = leased + 1
   return stalls == 0
 end
 
--- No groups in play: take jobs in ready order, `n` at most.
+-- No groups in play: take jobs in ready order, `n` at most. The ids are read,
+-- handled, then removed by rank in one command (ZPOPMIN would format every
+-- score as a reply); a suspect left for the next claim, and the ids after
+-- it, stay where they are. Nothing else enters `ready` meanwhile.
 local function claim_in_order(n)
-  local popped = redis.call('ZPOPMIN', ready, n)
-  examined = #popped / 2
-  for i = 1, #popped, 2 do
-    if not take(popped[i], popped[i + 1], ready) then
+  local ids = redis.call('ZRANGE', ready, 0, n - 1)
+  examined = #ids
+  local handled = #ids
+  for i = 1, #ids do
+    if not take(ids[i], nil, ready) then
       stopped_early = true
-      for k = i + 2, #popped, 2 do
-        redis.call('ZADD', ready, popped[k + 1], popped[k])
-      end
-      return
+      handled = put_back and i - 1 or i
+      break
     end
+  end
+  if handled > 0 then
+    redis.call('ZREMRANGEBYRANK', ready, 0, handled - 1)
   end
 end
 
@@ -359,6 +381,7 @@ if limits[1] ~= '1' then
       claim_round_robin(n)
     end
     write_leases()
+    if leased > 0 then trim(events, maxlen) end
     if leased > 0 and tonumber(limits[3]) then
       rate_log(base .. 'rate', leased, num(limits[4], 1000), now)
     end
