@@ -167,8 +167,11 @@ end
 -- run that ended in a final stall passes its attempts and stalls, so the
 -- twin runs as a visible re-run and as a suspect (alone, claim §6.2).
 local function release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index, carry)
+  if not twins_exist(blocked_index) then
+    return false
+  end
   local blocked_key = base .. 'blocked:' .. id
-  if not twins_exist(blocked_index) or redis.call('EXISTS', blocked_key) == 0 then
+  if redis.call('EXISTS', blocked_key) == 0 then
     return false
   end
   local kept = {}
