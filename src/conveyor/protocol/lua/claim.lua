@@ -76,6 +76,7 @@ local marker, events, failed = KEYS[6], KEYS[7], KEYS[8]
 local groups, gwait, gactive = KEYS[9], KEYS[10], KEYS[11]
 local worker, count, lease, token = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local promote_limit, maxlen, alone = tonumber(ARGV[5]), ARGV[6], ARGV[7] ~= '0'
+local promote_text = int_text(promote_limit)
 local now = now_ms()
 local now_text, lease_end = int_text(now), int_text(now + lease)
 local lease, write_leases = batch('ZADD', active)  -- one ZADD active for the call's jobs
@@ -92,7 +93,7 @@ local DEFAULTED = {[5] = 'failures', [6] = 'stalls', [7] = 'max_failures', [8] =
                    [9] = 'min_backoff', [10] = 'max_backoff', [11] = 'timeout',
                    [12] = 'priority'}
 for k, name in pairs(DEFAULTED) do
-  DEFAULTED[k] = tostring(RECORD_DEFAULTS[name])
+  DEFAULTED[k] = int_text(RECORD_DEFAULTS[name])
 end
 -- The record's FIELDS by position, read with one HGETALL: cheaper than an
 -- HMGET of every field, most of which a record leaves out (a lookup each).
@@ -118,7 +119,7 @@ end
 -- Jobs due at the same moment keep their enqueue order: the ready score
 -- comes from the sequence number given at enqueue, not from promotion.
 local function promote()
-  local due = redis.call('ZRANGEBYSCORE', scheduled, '-inf', now, 'LIMIT', 0, promote_limit)
+  local due = redis.call('ZRANGEBYSCORE', scheduled, '-inf', now_text, 'LIMIT', '0', promote_text)
   for _, id in ipairs(due) do
     redis.call('ZREM', scheduled, id)
     local job_key = base .. 'job:' .. id
@@ -135,7 +136,7 @@ local function promote()
       end
     end
   end
-  local held = redis.call('ZRANGEBYSCORE', gwait, '-inf', now, 'LIMIT', 0, promote_limit)
+  local held = redis.call('ZRANGEBYSCORE', gwait, '-inf', now_text, 'LIMIT', '0', promote_text)
   for _, group in ipairs(held) do
     redis.call('ZREM', gwait, group)
     if redis.call('ZCARD', group_ready(group)) > 0 then
@@ -284,7 +285,7 @@ end
 -- score as a reply); a suspect left for the next claim, and the ids after
 -- it, stay where they are. Nothing else enters `ready` meanwhile.
 local function claim_in_order(n)
-  local ids = redis.call('ZRANGE', ready, 0, n - 1)
+  local ids = redis.call('ZRANGE', ready, '0', int_text(n - 1))
   examined = #ids
   local handled = #ids
   for i = 1, #ids do
@@ -295,7 +296,7 @@ local function claim_in_order(n)
     end
   end
   if handled > 0 then
-    redis.call('ZREMRANGEBYRANK', ready, 0, handled - 1)
+    redis.call('ZREMRANGEBYRANK', ready, '0', int_text(handled - 1))
   end
 end
 
@@ -311,7 +312,7 @@ local function claim_round_robin(n)
   local visits = 0
   while leased < n and visits < n + 32 do
     visits = visits + 1
-    local head = redis.call('ZRANGE', groups, 0, 0, 'WITHSCORES')
+    local head = redis.call('ZRANGE', groups, '0', '0', 'WITHSCORES')
     local ungrouped_ready = redis.call('ZCARD', ready) > 0
     if #head == 0 and not ungrouped_ready then return end
     if ungrouped_ready and (#head == 0 or num(limits[8], 0) <= tonumber(head[2])) then
@@ -360,17 +361,17 @@ local function claim_round_robin(n)
 end
 
 local function earliest(key)
-  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
   if #first > 0 and first[2] ~= 'inf' then due_at(tonumber(first[2])) end
 end
 
 if limits[1] ~= '1' then
   promote()
   -- keys whose rate held jobs back (kheld): one read per claim while none is due
-  local held_key = redis.call('ZRANGE', base .. 'kheld', 0, 0, 'WITHSCORES')
+  local held_key = redis.call('ZRANGE', base .. 'kheld', '0', '0', 'WITHSCORES')
   if #held_key > 0 and tonumber(held_key[2]) <= now then
     ckey_release_due(now, promote_limit, marker)
-    held_key = redis.call('ZRANGE', base .. 'kheld', 0, 0, 'WITHSCORES')
+    held_key = redis.call('ZRANGE', base .. 'kheld', '0', '0', 'WITHSCORES')
   end
   if #held_key > 0 then due_at(tonumber(held_key[2])) end
   local n = queue_allowance()

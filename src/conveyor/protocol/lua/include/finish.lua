@@ -89,7 +89,8 @@ end
 -- may have expired already and its id been enqueued anew: only a record
 -- still in a finished state is deleted.
 local function sweep(index, now, limit)
-  local old = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, limit)
+  local old = redis.call('ZRANGEBYSCORE', index, '-inf', int_text(now), 'LIMIT', '0',
+                         int_text(limit))
   for _, id in ipairs(old) do
     drop_finished(index, id)
   end
