@@ -99,8 +99,12 @@ end
 -- HMGET of every field, most of which a record leaves out (a lookup each).
 local FIELD_AT = {}
 for i, name in ipairs(FIELDS) do FIELD_AT[name] = i end
+-- `f` is made whole at once (false = missing): filling an empty table grows
+-- and rehashes it several times.
 local function fields_of(job_key)
-  local all, f = redis.call('HGETALL', job_key), {}
+  local all = redis.call('HGETALL', job_key)
+  local f = {false, false, false, false, false, false, false, false, false, false, false,
+             false, false, false, false, false, false, false, false, false, false}
   for i = 1, #all, 2 do
     local at = FIELD_AT[all[i]]
     if at then f[at] = all[i + 1] end

@@ -48,6 +48,9 @@ local FIELDS = {'state', 'token', 'result_ttl', 'group', 'waiters', 'parent', 'c
 local keyed = keyed_running()
 if keyed then FIELDS[#FIELDS + 1] = 'ckeys' end
 local twins = twins_exist(blocked_index)
+local default_ttl = RECORD_DEFAULTS.result_ttl
+local default_until = int_text(now + default_ttl)
+local default_expiry = int_text(default_ttl + EXPIRY_GRACE)
 
 local out = {}
 local emitted = false
@@ -72,8 +75,14 @@ for i = 2, #ARGV, 3 do
       sent = flow_finished(id, 'completed', result, f[6], on_fail, f[7], field(f[3], 'result_ttl'),
                            now, maxlen) == 'sent'
     end
-    if not (twins and release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index)) then
+    if twins and release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index) then
+      -- the twin is the record now
+    elseif f[3] then
       retain(job_key, id, completed, field(f[3], 'result_ttl'), now, f[8], keep)
+    else  -- the default retention (retain, written out for the common case)
+      keep(default_until, id)
+      redis.call('PEXPIRE', job_key, default_expiry)
+      if f[8] then redis.call('PEXPIRE', base .. 'log:' .. id, default_expiry) end
     end
     out[#out + 1] = sent and 2 or 1
   end
