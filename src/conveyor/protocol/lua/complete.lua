@@ -63,7 +63,9 @@ for i = 2, #ARGV, 3 do
   else
     unlease(id)
     local group, ckeys = f[4], keyed and f[9]
-    if group or ckeys or queue_capped() then end_run(job_key, marker, group or false, ckeys or false) end
+    if group or ckeys or queue_capped() then  -- else end_run has nothing to do
+      end_run(job_key, marker, group or false, ckeys or false)
+    end
     redis.call('HSET', job_key, 'state', 'completed', 'result', result, 'finished_at', now_text)
     -- the stream is trimmed once, after the loop (trim, common.lua)
     redis.call('XADD', events, '*', 'event', 'completed', 'id', id)
