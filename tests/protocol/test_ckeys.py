@@ -28,10 +28,12 @@ def test_each_key_caps_its_running_jobs_and_others_go_on(q: Proto) -> None:
     _enqueue(q, "c", "cust-9")
     _enqueue(q, "d", "cust-9")  # held back by cust-9 (a and c run)
     q.enqueue("e")
+    ready_b = q.score(q.keys.ready, "b")
     assert q.claimed_ids(5, token="t") == ["a", "c", "e"]
     assert q.r.hgetall(q.keys.base + "kactive") == {b"tenant-1": b"1", b"cust-9": b"2"}
     assert q.members(q.keys.base + "kwait:tenant-1") == ["b"]
     assert q.members(q.keys.base + "kwait:cust-9") == ["d"]
+    assert q.score(q.keys.base + "kwait:tenant-1", "b") == ready_b  # parked with its ready score
     assert q.members(q.keys.ready) == []
     assert q.job("b")["state"] == "waiting"
     assert q.r.zcard(q.keys.base + "parked") == 2

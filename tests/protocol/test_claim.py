@@ -239,6 +239,19 @@ def test_a_job_that_stalled_before_is_claimed_alone(q: Proto) -> None:
     assert q.claimed_ids(3) == ["c"]
 
 
+def test_ids_a_suspect_stops_at_stay_ready_with_their_scores(q: Proto) -> None:
+    # claim reads the ready ids and removes only those it handled (§6.2): the suspect met
+    # after a lease, and every id after it, keep their place and score
+    for job_id in ("a", "s", "b"):
+        q.enqueue(job_id)
+    q.enqueue("p", priority=0)  # runs first
+    scores = {m: q.score(q.keys.ready, m) for m in ("s", "b")}
+    q.r.hset(q.keys.job("s"), "stalls", 1)
+    assert q.claimed_ids(4) == ["p", "a"]
+    assert q.members(q.keys.ready) == ["s", "b"]
+    assert {m: q.score(q.keys.ready, m) for m in ("s", "b")} == scores
+
+
 def test_corrupt_records_fail_with_a_reason_and_the_rest_are_claimed(q: Proto) -> None:
     for job_id in ("ok1", "zombie", "count", "ok2"):
         q.enqueue(job_id)

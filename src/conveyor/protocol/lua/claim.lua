@@ -76,6 +76,7 @@ local marker, events, failed = KEYS[6], KEYS[7], KEYS[8]
 local groups, gwait, gactive = KEYS[9], KEYS[10], KEYS[11]
 local worker, count, lease, token = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local promote_limit, maxlen, alone = tonumber(ARGV[5]), ARGV[6], ARGV[7] ~= '0'
+local promote_text = int_text(promote_limit)
 local now = now_ms()
 local now_text, lease_end = int_text(now), int_text(now + lease)
 local lease, write_leases = batch('ZADD', active)  -- one ZADD active for the call's jobs
@@ -92,14 +93,18 @@ local DEFAULTED = {[5] = 'failures', [6] = 'stalls', [7] = 'max_failures', [8] =
                    [9] = 'min_backoff', [10] = 'max_backoff', [11] = 'timeout',
                    [12] = 'priority'}
 for k, name in pairs(DEFAULTED) do
-  DEFAULTED[k] = tostring(RECORD_DEFAULTS[name])
+  DEFAULTED[k] = int_text(RECORD_DEFAULTS[name])
 end
 -- The record's FIELDS by position, read with one HGETALL: cheaper than an
 -- HMGET of every field, most of which a record leaves out (a lookup each).
 local FIELD_AT = {}
 for i, name in ipairs(FIELDS) do FIELD_AT[name] = i end
+-- `f` is made whole at once (false = missing): filling an empty table grows
+-- and rehashes it several times.
 local function fields_of(job_key)
-  local all, f = redis.call('HGETALL', job_key), {}
+  local all = redis.call('HGETALL', job_key)
+  local f = {false, false, false, false, false, false, false, false, false, false, false,
+             false, false, false, false, false, false, false, false, false, false}
   for i = 1, #all, 2 do
     local at = FIELD_AT[all[i]]
     if at then f[at] = all[i + 1] end
@@ -118,7 +123,7 @@ end
 -- Jobs due at the same moment keep their enqueue order: the ready score
 -- comes from the sequence number given at enqueue, not from promotion.
 local function promote()
-  local due = redis.call('ZRANGEBYSCORE', scheduled, '-inf', now, 'LIMIT', 0, promote_limit)
+  local due = redis.call('ZRANGEBYSCORE', scheduled, '-inf', now_text, 'LIMIT', '0', promote_text)
   for _, id in ipairs(due) do
     redis.call('ZREM', scheduled, id)
     local job_key = base .. 'job:' .. id
@@ -135,7 +140,7 @@ local function promote()
       end
     end
   end
-  local held = redis.call('ZRANGEBYSCORE', gwait, '-inf', now, 'LIMIT', 0, promote_limit)
+  local held = redis.call('ZRANGEBYSCORE', gwait, '-inf', now_text, 'LIMIT', '0', promote_text)
   for _, group in ipairs(held) do
     redis.call('ZREM', gwait, group)
     if redis.call('ZCARD', group_ready(group)) > 0 then
@@ -209,34 +214,43 @@ local leased = 0
 local examined = 0
 local stopped_early = false  -- by a suspect or the visit bound: others may claim on
 
--- Lease one popped id; returns false when claiming must stop here (a
--- suspect met after other jobs was put back, or a suspect was leased).
+-- Lease one id taken off a ready index; returns false when claiming must stop
+-- here (a suspect met after other jobs was put back, or a suspect was leased).
+-- `score` is the id's ready score when it was popped, or nil when the id is
+-- still in `from` (claim_in_order removes the ids it handled after its loop).
+local put_back = false  -- set when take stopped at a suspect it left for the next claim
+local n_out = #out
 local function take(id, score, from)
   local job_key = base .. 'job:' .. id
   local f = fields_of(job_key)
+  local state = f[1]
+  if state ~= 'waiting' then
+    if not state then
+      fail_corrupt(id, 'job record missing')
+    elseif not KNOWN_STATES[state] then
+      fail_corrupt(id, "corrupt record: unknown state '" .. state .. "'")
+    end  -- else a stale index entry: dropped, record untouched
+    return true
+  end
   local attempts, stalls = tonumber(f[4] or '0'), tonumber(f[6] or '0')
-  if not f[1] then
-    fail_corrupt(id, 'job record missing')
-    return true
-  elseif not KNOWN_STATES[f[1]] then
-    fail_corrupt(id, "corrupt record: unknown state '" .. f[1] .. "'")
-    return true
-  elseif f[1] ~= 'waiting' then
-    return true  -- a stale index entry
-  elseif not (attempts and stalls) then
+  if not (attempts and stalls) then
     fail_corrupt(id, 'corrupt record: attempts or stalls is not a number')
     return true
   end
-  if f[20] then  -- concurrency keys (§16.5): park the job while one holds it back
-    local key, until_ms = ckey_hold(f[20], now)
+  local ckeys = f[20]
+  if ckeys then  -- concurrency keys (§16.5): park the job while one holds it back
+    local key, until_ms = ckey_hold(ckeys, now)
     if key then
-      ckey_park(id, score, key, until_ms)
+      ckey_park(id, score or redis.call('ZSCORE', from, id), key, until_ms)
       if until_ms ~= CKEY_INF then due_at(until_ms) end
       return true
     end
   end
   if stalls > 0 and (leased > 0 or not alone) then
-    redis.call('ZADD', from, score, id)  -- a suspect runs alone, in the next claim
+    if score then
+      redis.call('ZADD', from, score, id)  -- a suspect runs alone, in the next claim
+    end
+    put_back = true
     out[3] = 1
     return false
   end
@@ -245,35 +259,48 @@ local function take(id, score, from)
   redis.call('HSET', job_key, 'attempts', attempt, 'state', 'active', 'token', token,
              'worker', worker, 'started_at', now_text)
   lease(lease_end, id)
-  emit(events, maxlen, 'event', 'active', 'id', id, 'attempt', attempt, 'worker', worker)
-  if f[16] and f[16] ~= '' then
-    redis.call('HINCRBY', gactive, f[16], 1)
+  -- the stream is trimmed once, after the loop (trim, common.lua)
+  redis.call('XADD', events, '*', 'event', 'active', 'id', id, 'attempt', attempt,
+             'worker', worker)
+  local group = f[16]
+  if group and group ~= '' then
+    redis.call('HINCRBY', gactive, group, 1)
   end
-  if f[20] then ckey_take(f[20], now) end
-  out[#out + 1] = id
-  f[3] = read_data(job_key, f[3], f[17], f[18] or false)  -- every field was read
-  f[4] = attempts
-  for k = 2, RETURNED do
-    out[#out + 1] = f[k] or DEFAULTED[k] or false  -- false: a nil reply, kept in place
-  end
-  out[#out + 1] = f[21] or false  -- checkpoint (§16.7)
-  out[#out + 1] = f[19] or false  -- expires_at (§16.2)
+  if ckeys then ckey_take(ckeys, now) end
+  local data = f[3]  -- every field was read: data3 is false when missing
+  if data and f[17] then data = read_data(job_key, data, f[17], f[18] or false) end
+  -- the reply's 17 fields; false: a nil reply, kept in place
+  local o = n_out
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, f[2] or false, data or false, attempts
+  out[o + 5], out[o + 6] = f[5] or DEFAULTED[5], f[6] or DEFAULTED[6]
+  out[o + 7], out[o + 8] = f[7] or DEFAULTED[7], f[8] or DEFAULTED[8]
+  out[o + 9], out[o + 10] = f[9] or DEFAULTED[9], f[10] or DEFAULTED[10]
+  out[o + 11], out[o + 12] = f[11] or DEFAULTED[11], f[12] or DEFAULTED[12]
+  out[o + 13], out[o + 14], out[o + 15] = f[13] or false, f[14] or false, f[15] or false
+  out[o + 16] = f[21] or false  -- checkpoint (§16.7)
+  out[o + 17] = f[19] or false  -- expires_at (§16.2)
+  n_out = o + 17
   leased = leased + 1
   return stalls == 0
 end
 
--- No groups in play: take jobs in ready order, `n` at most.
+-- No groups in play: take jobs in ready order, `n` at most. The ids are read,
+-- handled, then removed by rank in one command (ZPOPMIN would format every
+-- score as a reply); a suspect left for the next claim, and the ids after
+-- it, stay where they are. Nothing else enters `ready` meanwhile.
 local function claim_in_order(n)
-  local popped = redis.call('ZPOPMIN', ready, n)
-  examined = #popped / 2
-  for i = 1, #popped, 2 do
-    if not take(popped[i], popped[i + 1], ready) then
+  local ids = redis.call('ZRANGE', ready, '0', int_text(n - 1))
+  examined = #ids
+  local handled = #ids
+  for i = 1, #ids do
+    if not take(ids[i], nil, ready) then
       stopped_early = true
-      for k = i + 2, #popped, 2 do
-        redis.call('ZADD', ready, popped[k + 1], popped[k])
-      end
-      return
+      handled = put_back and i - 1 or i
+      break
     end
+  end
+  if handled > 0 then
+    redis.call('ZREMRANGEBYRANK', ready, '0', int_text(handled - 1))
   end
 end
 
@@ -289,7 +316,7 @@ local function claim_round_robin(n)
   local visits = 0
   while leased < n and visits < n + 32 do
     visits = visits + 1
-    local head = redis.call('ZRANGE', groups, 0, 0, 'WITHSCORES')
+    local head = redis.call('ZRANGE', groups, '0', '0', 'WITHSCORES')
     local ungrouped_ready = redis.call('ZCARD', ready) > 0
     if #head == 0 and not ungrouped_ready then return end
     if ungrouped_ready and (#head == 0 or num(limits[8], 0) <= tonumber(head[2])) then
@@ -338,17 +365,17 @@ local function claim_round_robin(n)
 end
 
 local function earliest(key)
-  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
   if #first > 0 and first[2] ~= 'inf' then due_at(tonumber(first[2])) end
 end
 
 if limits[1] ~= '1' then
   promote()
   -- keys whose rate held jobs back (kheld): one read per claim while none is due
-  local held_key = redis.call('ZRANGE', base .. 'kheld', 0, 0, 'WITHSCORES')
+  local held_key = redis.call('ZRANGE', base .. 'kheld', '0', '0', 'WITHSCORES')
   if #held_key > 0 and tonumber(held_key[2]) <= now then
     ckey_release_due(now, promote_limit, marker)
-    held_key = redis.call('ZRANGE', base .. 'kheld', 0, 0, 'WITHSCORES')
+    held_key = redis.call('ZRANGE', base .. 'kheld', '0', '0', 'WITHSCORES')
   end
   if #held_key > 0 then due_at(tonumber(held_key[2])) end
   local n = queue_allowance()
@@ -359,6 +386,7 @@ if limits[1] ~= '1' then
       claim_round_robin(n)
     end
     write_leases()
+    if leased > 0 then trim(events, maxlen) end
     if leased > 0 and tonumber(limits[3]) then
       rate_log(base .. 'rate', leased, num(limits[4], 1000), now)
     end

@@ -41,32 +41,56 @@ local now_text = int_text(now)
 local unlease, write_unleases = batch('ZREM', active)
 local keep, write_kept = batch('ZADD', completed)
 
+-- The record's fields this call reads per job: `ckeys` only while jobs with
+-- concurrency keys run (end_run's own test), `on_fail` only for a child.
+local FIELDS = {'state', 'token', 'result_ttl', 'group', 'waiters', 'parent', 'children',
+                'logged'}
+local keyed = keyed_running()
+if keyed then FIELDS[#FIELDS + 1] = 'ckeys' end
+local twins = twins_exist(blocked_index)
+local default_ttl = RECORD_DEFAULTS.result_ttl
+local default_until = int_text(now + default_ttl)
+local default_expiry = int_text(default_ttl + EXPIRY_GRACE)
+
 local out = {}
+local emitted = false
 for i = 2, #ARGV, 3 do
   local id, token, result = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local job_key = base .. 'job:' .. id
-  local f = redis.call('HMGET', job_key, 'state', 'token', 'result_ttl', 'group', 'waiters',
-                       'parent', 'on_fail', 'children', 'ckeys', 'logged')
+  local f = redis.call('HMGET', job_key, unpack(FIELDS))
   if f[1] ~= 'active' or f[2] ~= token then
     out[#out + 1] = 0
   else
     unlease(id)
-    end_run(job_key, marker, f[4], f[9] or false)
+    local group, ckeys = f[4], keyed and f[9]
+    if group or ckeys or queue_capped() then  -- else end_run has nothing to do
+      end_run(job_key, marker, group or false, ckeys or false)
+    end
     redis.call('HSET', job_key, 'state', 'completed', 'result', result, 'finished_at', now_text)
-    emit(events, maxlen, 'event', 'completed', 'id', id)
-    notify_waiters(job_key, id, 'completed', result, f[5])
+    -- the stream is trimmed once, after the loop (trim, common.lua)
+    redis.call('XADD', events, '*', 'event', 'completed', 'id', id)
+    emitted = true
+    if f[5] then notify_waiters(job_key, id, 'completed', result, f[5]) end
     local sent = false
-    if f[6] or f[8] then  -- a flow's node: settle towards its parent (§14.4)
-      sent = flow_finished(id, 'completed', result, f[6], f[7], f[8], field(f[3], 'result_ttl'),
+    if f[6] or f[7] then  -- a flow's node: settle towards its parent (§14.4)
+      local on_fail = f[6] and redis.call('HGET', job_key, 'on_fail')
+      sent = flow_finished(id, 'completed', result, f[6], on_fail, f[7], field(f[3], 'result_ttl'),
                            now, maxlen) == 'sent'
     end
-    if not release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index) then
-      retain(job_key, id, completed, field(f[3], 'result_ttl'), now, f[10], keep)
+    if twins and release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index) then
+      -- the twin is the record now
+    elseif f[3] then
+      retain(job_key, id, completed, field(f[3], 'result_ttl'), now, f[8], keep)
+    else  -- the default retention (retain, written out for the common case)
+      keep(default_until, id)
+      redis.call('PEXPIRE', job_key, default_expiry)
+      if f[8] then redis.call('PEXPIRE', base .. 'log:' .. id, default_expiry) end
     end
     out[#out + 1] = sent and 2 or 1
   end
 end
 write_unleases()
 write_kept()  -- before the sweep: a count-capped index counts them
+if emitted then trim(events, maxlen) end
 sweep(completed, now, 2 * #out)
 return out

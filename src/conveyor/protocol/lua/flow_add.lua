@@ -123,7 +123,7 @@ for i = 3, #ARGV, F do
     if (found[2] or '') ~= j.parent then
       outcome = 'conflict'
       if j.parent ~= '' then
-        hand_off(j.parent, flow_queue .. '/' .. j.id, 'failed',
+        hand_off(j.parent, flow_queue() .. '/' .. j.id, 'failed',
                  'FlowConflictError: job id ' .. j.id .. ' is already in use', j.on_fail, now,
                  maxlen)
       end

@@ -89,7 +89,8 @@ end
 -- may have expired already and its id been enqueued anew: only a record
 -- still in a finished state is deleted.
 local function sweep(index, now, limit)
-  local old = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, limit)
+  local old = redis.call('ZRANGEBYSCORE', index, '-inf', int_text(now), 'LIMIT', '0',
+                         int_text(limit))
   for _, id in ipairs(old) do
     drop_finished(index, id)
   end
@@ -167,8 +168,11 @@ end
 -- run that ended in a final stall passes its attempts and stalls, so the
 -- twin runs as a visible re-run and as a suspect (alone, claim §6.2).
 local function release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index, carry)
+  if not twins_exist(blocked_index) then
+    return false
+  end
   local blocked_key = base .. 'blocked:' .. id
-  if not twins_exist(blocked_index) or redis.call('EXISTS', blocked_key) == 0 then
+  if redis.call('EXISTS', blocked_key) == 0 then
     return false
   end
   local kept = {}

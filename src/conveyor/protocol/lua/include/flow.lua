@@ -12,8 +12,15 @@
 local FLOW_KEYS = {'children:', 'pending:', 'processed:', 'ignored:', 'cfailed:'}
 
 -- This script's queue name, from its base `<prefix>:{<queue>}:` (nil in a
--- failure lane, whose jobs have no parent).
-local flow_queue = string.match(base, '^.*:{([^}]*)}:$')
+-- failure lane, whose jobs have no parent). Matched when a flow needs it, not
+-- in every call of every script that includes this file.
+local flow_queue_name = false
+local function flow_queue()
+  if flow_queue_name == false then
+    flow_queue_name = string.match(base, '^.*:{([^}]*)}:$')
+  end
+  return flow_queue_name
+end
 
 local function split_ref(ref)
   local slash = string.find(ref, '/', 1, true)
@@ -46,7 +53,7 @@ local function fail_parent(job_key, id, child, err, now, maxlen)
   local ttl = field(f[1], 'result_ttl')
   keep_children(id, ttl)
   if f[2] then
-    hand_off(f[2], flow_queue .. '/' .. id, 'failed', error_text, f[3] or '', now, maxlen)
+    hand_off(f[2], flow_queue() .. '/' .. id, 'failed', error_text, f[3] or '', now, maxlen)
   end
   retain(job_key, id, base .. 'failed', ttl, now)
 end
@@ -93,7 +100,7 @@ end
 -- is in this queue, else written to this queue's outbox for a drainer.
 hand_off = function(parent_ref, child, outcome, payload, policy, now, maxlen)
   local queue, id = split_ref(parent_ref)
-  if queue == flow_queue then
+  if queue == flow_queue() then
     return settle(id, child, outcome, payload, policy, now, maxlen)
   end
   redis.call('XADD', base .. 'outbox', '*', 'parent', parent_ref, 'child', child,
@@ -110,7 +117,7 @@ local function flow_finished(id, outcome, payload, parent, on_fail, children, tt
     keep_children(id, ttl)
   end
   if parent then
-    return hand_off(parent, flow_queue .. '/' .. id, outcome, payload, on_fail or '', now, maxlen)
+    return hand_off(parent, flow_queue() .. '/' .. id, outcome, payload, on_fail or '', now, maxlen)
   end
   return nil
 end
@@ -131,10 +138,10 @@ local function flow_dropped(job_key, id, state, now, maxlen)
     local pending = base .. 'pending:' .. id
     if redis.call('EXISTS', pending) == 1 then
       redis.call('RENAME', pending, base .. 'cancelling:' .. id)
-      redis.call('XADD', base .. 'outbox', '*', 'op', 'cancel', 'parent', flow_queue .. '/' .. id)
+      redis.call('XADD', base .. 'outbox', '*', 'op', 'cancel', 'parent', flow_queue() .. '/' .. id)
     end
   end
   if f[1] then
-    hand_off(f[1], flow_queue .. '/' .. id, 'failed', CANCELLED, f[2] or '', now, maxlen)
+    hand_off(f[1], flow_queue() .. '/' .. id, 'failed', CANCELLED, f[2] or '', now, maxlen)
   end
 end
