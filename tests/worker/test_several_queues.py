@@ -101,7 +101,11 @@ def test_weighted_order_gives_an_empty_queue_no_credit(
     worker_runner.start(three.tasks, concurrency=2, weights=(1, 1, 1))
     wait_until(lambda: len(three.runs) == 200, timeout=60)
     three.runs.clear()  # low sat empty through 200 high claims
+    for queue in three.queues:  # both filled before the worker sees either (a busy host
+        queue.pause()  # enqueues the second hundred long after the first)
     three.fill(high=100, low=100)
+    for queue in three.queues:
+        queue.resume()
     wait_until(lambda: len(three.runs) >= 100, timeout=60)
     first = Counter(three.runs[:100])
     assert abs(first["high"] - 50) <= 8, first  # not 100 low ones first to catch up
