@@ -450,3 +450,14 @@ def test_first_sends_trim_the_stream_every_64_jobs_but_never_unread_events(q: Pr
     enqueue("c", 300)
     # trimmed to about 100 (whole stream nodes of 100 entries), at least every 64 jobs
     assert q.r.xlen(q.keys.events) <= 100 + 100 + 64
+
+
+@pytest.mark.parametrize("data", ["0", "x" * 100], ids=["short data", "data in pieces"])
+def test_first_sends_of_several_jobs_trim_the_stream_too(q: Proto, data: str) -> None:
+    # calls of 3 jobs take the script's paths after the single job's: each ends in the trim
+    for c in range(100):
+        jobs = [(f"j{c}-{k}", "t", data) for k in range(3)]
+        assert q.run(ops.enqueue_new(q.keys, jobs, events_maxlen=100)) == 3
+    assert q.r.hget(q.keys.meta, "seq") == b"300"
+    assert q.r.xlen(q.keys.events) <= 100 + 100 + 64
+    assert q.stored("j99-2")["state"] == "waiting"
