@@ -106,6 +106,10 @@ def test_pipeline_end_to_end_writes_the_report(
     assert {row["priority"] for row in summary["by_priority"]} == {"0", "1000", "2000"}
     assert summary["by_queue"][0]["wait_p50"] is not None
     assert summary["throughput"]["series"]
+    # every job started inside the throughput window: the latency series counts each once
+    assert sum(point["started"] for point in summary["latency"]) == 2000
+    assert len(summary["latency"]) == len(summary["throughput"]["series"])
+    assert any(point["wait_p50"] is not None for point in summary["latency"])
     assert summary["top_errors"][0]["error"].startswith("ConnectionError")
     html = Path(result.report_html or "").read_text()
     assert "<h1>Conveyor report</h1>" in html and _well_formed_svgs(html) >= 3
