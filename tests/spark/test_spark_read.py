@@ -168,3 +168,40 @@ def test_flow_parents_are_read_in_waiting_children(
                     "c2": "waiting"}  # fmt: skip
     only = jobs.load().where("state = 'waiting_children'").select("id").collect()
     assert [r["id"] for r in only] == ["parent"]
+
+
+def test_a_batch_read_of_events_takes_a_slice_per_rows_per_partition(
+    spark: Any, redis_url: str, queue_name: str
+) -> None:
+    """Events bunch up in time (a bulk enqueue): the default is a slice per
+    `rowsPerPartition` entries, at least 2, so two cores share the read."""
+    import redis
+
+    from conveyor.integrations.spark.events import EventsConfig, EventsReader
+    from conveyor.integrations.spark.options import Options
+    from conveyor.protocol.keys import QueueKeys
+
+    key = QueueKeys("conveyor", queue_name).events
+    client = redis.Redis.from_url(redis_url)
+    for n in range(100):  # one a second: every slice by time holds some
+        client.xadd(key, {"event": "created", "id": f"j{n}"}, id=f"{1_000_000 + n * 1000}-0")
+    client.close()
+
+    def planned(**options: str) -> int:
+        given = {"url": redis_url, "queue": queue_name, **options}
+        schema = spark.createDataFrame([], "event string").schema
+        reader = EventsReader(EventsConfig.parse(Options(given, source="conveyor_events")), schema)
+        return len(reader.partitions())
+
+    assert planned() == 2
+    assert planned(rowsPerPartition="10") == 10
+    assert planned(rowsPerPartition="10", numPartitions="3") == 3
+    events = (
+        spark.read.format("conveyor_events")
+        .option("url", redis_url)
+        .option("queue", queue_name)
+        .option("rowsPerPartition", "7")
+        .load()
+    )
+    ids = [r["job_id"] for r in events.select("job_id").collect()]
+    assert sorted(ids) == sorted(f"j{n}" for n in range(100))

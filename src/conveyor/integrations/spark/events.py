@@ -1,8 +1,9 @@
 """`format("conveyor_events")`: the queue's lifecycle events stream, batch and streaming.
 
 Rows follow `EVENTS_DDL` (version 1); offsets are stream entry ids (`{"id": "<ms>-<seq>"}`).
-A range (lo, hi] is split into `numPartitions` slices by time and each task reads its slice
-with `XRANGE (lo hi COUNT pageSize`: deterministic, so a micro-batch Spark replays after a
+A range (lo, hi] is split into slices by time (`numPartitions`; a batch read's default is one
+per `rowsPerPartition` entries of the stream) and each task reads its slice with
+`XRANGE (lo hi COUNT pageSize`: deterministic, so a micro-batch Spark replays after a
 restart reads exactly the same events (while the stream still holds them).
 
 Streaming: `startingOffsets` = earliest | latest | an entry id; `maxEventsPerTrigger` limits
@@ -13,6 +14,7 @@ that `trim_events` never removes events this consumer has not processed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -48,7 +50,8 @@ _ZERO = "0-0"
 class EventsConfig:
     target: Target
     page_size: int
-    num_partitions: int
+    num_partitions: int | None  # None: batch reads size it from the stream, streams use 2
+    rows_per_partition: int
     start_id: str
     end_id: str | None
     starting: str
@@ -62,7 +65,8 @@ class EventsConfig:
         config = cls(
             target=target,
             page_size=options.integer("pageSize", 5000, minimum=1),
-            num_partitions=options.integer("numPartitions", 2, minimum=1),
+            num_partitions=options.integer("numPartitions", 0, minimum=0) or None,
+            rows_per_partition=options.integer("rowsPerPartition", 250_000, minimum=1),
             start_id=_check_id(options.text("startId", _ZERO) or _ZERO, "startId"),
             end_id=_check_id(options.text("endId"), "endId"),
             starting=options.text("startingOffsets", "earliest") or "earliest",
@@ -186,14 +190,23 @@ class EventsReader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
-        high = self.config.end_id
-        if high is None:
+        """Time slices of (startId, endId]: `numPartitions`, else one per `rowsPerPartition`
+        entries of the stream (at least 2). Events are not spread evenly in time (a bulk
+        enqueue writes a million `created` in seconds), so two slices by time can hold one
+        third and two thirds of the events and leave a core idle half the read; many slices
+        even that out as the tasks take them in turn."""
+        key = self.config.target.keys().events
+        high, count = self.config.end_id, self.config.num_partitions
+        if high is None or count is None:
             client = store.raw_streams(self.config.target.client())
             try:
-                high = last_id(client, self.config.target.keys().events)
+                high = high or last_id(client, key)
+                if count is None:
+                    per = self.config.rows_per_partition
+                    count = max(2, math.ceil(int(client.xlen(key)) / per))
             finally:
                 client.close()
-        parts = _slices(self.config.start_id, high, self.config.num_partitions)
+        parts = _slices(self.config.start_id, high, count)
         return parts or [EventsPartition(_ZERO, _ZERO)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -272,7 +285,7 @@ class EventsStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: igno
         return {"id": last_id(self.client, self.key)}
 
     def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
-        return _slices(start["id"], end["id"], self.config.num_partitions)
+        return _slices(start["id"], end["id"], self.config.num_partitions or 2)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, EventsPartition)

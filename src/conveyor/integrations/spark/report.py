@@ -82,10 +82,13 @@ def _seconds(later: str, earlier: str) -> Column:
 
 
 _DIMENSIONS = ("queue", "task", "priority")
+_STARTED = "started_bucket"  # the latency chart's dimension: start time // bucket size
 
 
-def _job_stats(jobs: DataFrame) -> dict[str, Any]:
-    """Totals and per queue / task / priority stats, in one pass (grouping sets)."""
+def _job_stats(jobs: DataFrame, bucket_seconds: int | None) -> dict[str, Any]:
+    """Totals, per queue / task / priority stats and, given the throughput's bucket size,
+    the queue wait of the jobs started in each bucket: one pass over the jobs (grouping
+    sets), so they are read and deduplicated once."""
     from pyspark.sql import functions as F
 
     q = F.array(F.lit(0.5), F.lit(0.95), F.lit(0.99))
@@ -93,8 +96,13 @@ def _job_stats(jobs: DataFrame) -> dict[str, Any]:
     def share(condition: Column) -> Column:
         return F.sum(F.when(condition, 1).otherwise(0))
 
+    dimensions = list(_DIMENSIONS)
+    if bucket_seconds:
+        started = F.floor(F.unix_seconds("started_at") / bucket_seconds)
+        jobs = jobs.withColumn(_STARTED, started)
+        dimensions.append(_STARTED)
     rows = (
-        jobs.groupingSets([[], *[[d] for d in _DIMENSIONS]], *_DIMENSIONS)
+        jobs.groupingSets([[], *[[d] for d in dimensions]], *dimensions)
         .agg(
             F.grouping_id().alias("gid"),
             F.count("*").alias("jobs"),
@@ -107,21 +115,26 @@ def _job_stats(jobs: DataFrame) -> dict[str, Any]:
         )
         .collect()
     )
-    # grouping_id has a bit per dimension, set when the dimension is aggregated away.
-    everything = (1 << len(_DIMENSIONS)) - 1
+    # grouping_id has a bit per dimension (the last one is bit 0), set when the
+    # dimension is aggregated away.
+    everything = (1 << len(dimensions)) - 1
+    alone = {everything & ~(1 << bit): d for bit, d in enumerate(reversed(dimensions))}
     stats: dict[str, Any] = {f"by_{d}": [] for d in _DIMENSIONS}
+    stats["started"] = {}
     for row in rows:
-        entry = _entry(row)
         if row["gid"] == everything:
+            entry = _entry(row)
             counts = ("jobs", "completed", "failed", "retried_jobs", "stalled_jobs")
             stats["totals"] = {k: int(row[k]) for k in counts} | {
                 k: v for k, v in entry.items() if k.endswith("_rate")
             }
             continue
-        for bit, dimension in enumerate(reversed(_DIMENSIONS)):
-            if row["gid"] == everything & ~(1 << bit):
-                value = row[dimension]
-                stats[f"by_{dimension}"].append({dimension: _label(value), **entry})
+        dimension = alone.get(row["gid"])
+        if dimension == _STARTED:
+            if row[_STARTED] is not None:  # None: jobs that never started
+                stats["started"][int(row[_STARTED])] = row
+        elif dimension is not None:
+            stats[f"by_{dimension}"].append({dimension: _label(row[dimension]), **_entry(row)})
     for dimension in _DIMENSIONS:
         stats[f"by_{dimension}"].sort(key=lambda e, d=dimension: _order(e[d]))
     return stats
@@ -223,30 +236,21 @@ def _iso(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).isoformat()
 
 
-def _latency(jobs: DataFrame, throughput: dict[str, Any]) -> list[dict[str, Any]]:
+def _latency(started: dict[int, Any], throughput: dict[str, Any]) -> list[dict[str, Any]]:
     """Queue wait p50 / p95 of the jobs that started in each bucket of the throughput
-    window (None where none started: no wait to tell, which the chart leaves as a gap)."""
-    from pyspark.sql import functions as F
-
+    window (None where none started: no wait to tell, which the chart leaves as a gap).
+    `started`: the rows of `_job_stats` by start bucket."""
     size = throughput.get("bucket_seconds")
     series = throughput.get("series") or []
     if not size or not series:
         return []
-    q = F.array(F.lit(0.5), F.lit(0.95))
-    rows = (
-        jobs.where(F.col("started_at").isNotNull())
-        .groupBy(F.floor(F.unix_seconds("started_at") / size).alias("b"))
-        .agg(F.percentile_approx("wait", q, 1000).alias("wait"), F.count("*").alias("n"))
-        .collect()
-    )
-    by_bucket = {int(r["b"]): r for r in rows}
     out = []
     for point in series:
         b = int(datetime.fromisoformat(point["t"]).timestamp()) // size
-        row = by_bucket.get(b)
+        row = started.get(b)
         wait = (row["wait"] if row else None) or [None, None]
         out.append({"t": point["t"], "wait_p50": _round(wait[0]), "wait_p95": _round(wait[1]),
-                    "started": int(row["n"]) if row else 0})  # fmt: skip
+                    "started": int(row["jobs"]) if row else 0})  # fmt: skip
     return out
 
 
@@ -312,15 +316,18 @@ def summarize(
         timed = jobs.select(
             F.col("state").alias("kind"), F.unix_micros("finished_at").alias("us"), "error"
         )
-    if jobs is not None:
-        summary |= _job_stats(jobs)
     counts, throughput, errors = _activity(timed) if timed is not None else ({}, {}, [])
+    throughput = throughput or {"bucket_seconds": None, "series": []}
+    if jobs is not None:
+        stats = _job_stats(jobs, throughput["bucket_seconds"])
+        started = stats.pop("started")
+        summary |= stats
     if events is not None:
         summary["events"] = counts
-    summary["throughput"] = throughput or {"bucket_seconds": None, "series": []}
+    summary["throughput"] = throughput
     summary["top_errors"] = errors
     if jobs is not None:
-        summary["latency"] = _latency(jobs, summary["throughput"])
+        summary["latency"] = _latency(started, throughput)
         jobs.unpersist()
     return summary
 
@@ -357,4 +364,3 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return str(value)
-

@@ -102,8 +102,9 @@ def existing_ids(
     active, or finished and still retained), read atomically (MULTI of ZMSCORE, Redis 6.2+).
     `groups` are the groups of these jobs: their waiting jobs have their own indexes.
 
-    Requested from the client: an enqueue flag `if_exists="skip"` in enqueue.lua, which would
-    make this read unnecessary (see docs/spark.md, "Requests to the core").
+    Only rows that `enqueue_skip` cannot take (a `delay`, `run_at` or `group` value) are
+    looked up here; the others skip existing ids inside the script (docs/spark.md,
+    "Requests to the core", 2).
     """
     if not ids:
         return set()

@@ -30,16 +30,21 @@ end
 
 -- A job's own log (job_log.lua) lives and dies with its record; a flow parent
 -- (field `children`) takes its dependency keys with it (§14.8).
-local function delete_job(job_key, id)
-  local f = redis.call('HMGET', job_key, 'idx', 'children', 'dedup')
-  unindex(id, f[1])
-  if f[3] then  -- a dedup key without a TTL lasts no longer than its job (§16.3)
-    local key = base .. 'dedup:' .. f[3]
+-- `idx`, `children`, `dedup`: the record's fields of those names when the caller
+-- has read them already (one HMGET for both), else they are read here.
+local function delete_job(job_key, id, idx, children, dedup)
+  if idx == nil then
+    local f = redis.call('HMGET', job_key, 'idx', 'children', 'dedup')
+    idx, children, dedup = f[1], f[2], f[3]
+  end
+  unindex(id, idx)
+  if dedup then  -- a dedup key without a TTL lasts no longer than its job (§16.3)
+    local key = base .. 'dedup:' .. dedup
     if redis.call('GET', key) == id and redis.call('PTTL', key) == -1 then
       redis.call('DEL', key)
     end
   end
-  if f[2] then
+  if children then
     redis.call('DEL', base .. 'children:' .. id, base .. 'pending:' .. id,
                base .. 'processed:' .. id, base .. 'ignored:' .. id, base .. 'cfailed:' .. id)
   end
