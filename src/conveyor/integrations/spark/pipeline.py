@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import logging
 import multiprocessing
+import os
 import threading
 import time
 import zlib
@@ -83,8 +84,6 @@ def _worker_main(
 ) -> None:
     """One worker process: drain the queue, then exit (burst mode). `niceness` lowers its
     CPU priority first (POSIX), so that a Redis on the same cores runs whenever it can."""
-    import os
-
     from conveyor.worker import Worker, WorkerSettings
 
     if niceness > 0 and hasattr(os, "nice"):
