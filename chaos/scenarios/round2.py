@@ -182,7 +182,7 @@ def _kill_inside_enqueue_many(url: str, prefix: str, count: int, delay: float) -
     "A producer SIGKILLed inside enqueue_many while workers run, then the batch re-sent with the "
     "same ids: every job done, no job run twice except a running one the re-send asked for",
     full=dict(count=20_000, attempts=6, workers=2, concurrency=8),
-    bounded=dict(count=4_000, attempts=5, workers=2, concurrency=8),
+    bounded=dict(count=4_000, attempts=8, workers=2, concurrency=8),
 )
 def producer_killed(
     scene: Scene, *, count: int, attempts: int, workers: int, concurrency: int
