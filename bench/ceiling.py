@@ -29,7 +29,8 @@ import redis
 import redis.asyncio
 
 from conveyor import JobRequest, Queue
-from conveyor.client.core import QueueCore, QueueSettings
+from conveyor.client.core import QueueCore
+from conveyor.client.models import QueueSettings
 from conveyor.protocol import ops
 
 QUEUE = "ceiling"

@@ -23,7 +23,7 @@ import time
 import httpx
 
 from conveyor import Queue
-from conveyor.client.core import JobRequest
+from conveyor.client.models import JobRequest
 from conveyor.client.transport import SyncRunner
 from conveyor.integrations.redis_server import RedisProcess
 from conveyor.integrations.web import DashboardSettings, dashboard_app

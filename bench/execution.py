@@ -43,7 +43,7 @@ import redis
 
 from bench.execution_tasks import cpu_job
 from bench.systems import PEER_VENV, ROOT
-from conveyor.client.core import JobRequest
+from conveyor.client.models import JobRequest
 from conveyor.client.sync import Queue
 from conveyor.errors import JobFailedError
 from conveyor.integrations.redis_server import RedisProcess

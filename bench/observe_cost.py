@@ -32,7 +32,8 @@ from typing import Any
 
 import redis
 
-from conveyor.client.core import QueueCore, QueueSettings
+from conveyor.client.core import QueueCore
+from conveyor.client.models import QueueSettings
 from conveyor.hooks import Hook, Hooks
 from conveyor.hooks import call as call_hooks
 from conveyor.integrations.redis_server import RedisProcess

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from chaos.ledger import Ledger
-from conveyor.client.core import QueueSettings
+from conveyor.client.models import QueueSettings
 from conveyor.client.tasks import Tasks
 from conveyor.worker import current_job
 

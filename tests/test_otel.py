@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from conveyor import Queue
-from conveyor.client.core import QueueSettings
+from conveyor.client.models import QueueSettings
 from conveyor.integrations.otel import TracingHook
 from support.workers import APPS, SRC
 

@@ -12,7 +12,7 @@ from redis.crc import key_slot
 
 from conveyor import AsyncQueue, Queue
 from conveyor.client.cluster import parse_cluster_url
-from conveyor.client.core import QueueSettings
+from conveyor.client.models import QueueSettings
 from conveyor.client.sync import connect
 from conveyor.client.tasks import Tasks
 from conveyor.errors import ConfigurationError, ConnectionLostError

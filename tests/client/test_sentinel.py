@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from conveyor import AsyncQueue, Queue
 from conveyor.client.connection import check_url
-from conveyor.client.core import QueueSettings
+from conveyor.client.models import QueueSettings
 from conveyor.client.sentinel import parse_sentinel_url
 from conveyor.client.tasks import Tasks
 from conveyor.errors import ConfigurationError, ConnectionLostError, UnreplicatedWriteError

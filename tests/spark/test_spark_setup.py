@@ -17,7 +17,8 @@ import hiredis  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
 from conveyor import serializers  # noqa: E402
-from conveyor.client.core import QueueCore, QueueSettings  # noqa: E402
+from conveyor.client.core import QueueCore
+from conveyor.client.models import QueueSettings  # noqa: E402
 from conveyor.errors import (  # noqa: E402
     NotSerializableError,
     PayloadTooLargeError,

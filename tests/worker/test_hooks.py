@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from conveyor import AsyncQueue, JobRequest, PermanentError, Queue
-from conveyor.client.core import QueueSettings
+from conveyor.client.models import QueueSettings
 from conveyor.client.tasks import Tasks
 from conveyor.errors import ConfigurationError, JobFailedError, ValidationError
 from conveyor.hooks import Hook, RunningJob

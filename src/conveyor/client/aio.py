@@ -22,17 +22,7 @@ from conveyor.client.connection import (
     slot_route,
     wire_endpoint,
 )
-from conveyor.client.core import (
-    RESEND_DELAYS,
-    Enqueued,
-    EnqueueOptions,
-    IfExists,
-    JobRequest,
-    QueueCore,
-    QueueSettings,
-    ScheduleInfo,
-    carry_doubt,
-)
+from conveyor.client.core import RESEND_DELAYS, QueueCore, carry_doubt
 from conveyor.client.flows import (
     ChildrenCounts,
     ChildrenResults,
@@ -44,6 +34,14 @@ from conveyor.client.flows import (
     children_results,
     counts_of,
     node_of,
+)
+from conveyor.client.models import (
+    Enqueued,
+    EnqueueOptions,
+    IfExists,
+    JobRequest,
+    QueueSettings,
+    ScheduleInfo,
 )
 from conveyor.client.pipelines import PIPELINE_TASK, StepGroup, pipeline_data
 from conveyor.client.transport import AsyncRunner, async_client, translated

@@ -12,8 +12,9 @@ import redis.asyncio
 
 from conveyor.client import inspect
 from conveyor.client.connection import block_slice
-from conveyor.client.core import QueueCore, WorkerInfo, server_ms
+from conveyor.client.core import QueueCore, server_ms
 from conveyor.client.events import Event, decode_events
+from conveyor.client.models import WorkerInfo
 from conveyor.client.transport import translated
 from conveyor.job import Job, JobState
 from conveyor.metrics import WEEK_MINUTES, MinuteCounts, TaskTimings, check_window, task_timings

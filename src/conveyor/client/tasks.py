@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, Unpack, cast, overload
 
 from conveyor.client.aio import AsyncQueue
-from conveyor.client.core import Enqueued, EnqueueOptions, QueueSettings
 from conveyor.client.flows import FailurePolicy, FlowJob
+from conveyor.client.models import Enqueued, EnqueueOptions, QueueSettings
 from conveyor.client.sync import Queue
 from conveyor.errors import ConfigurationError, UnknownOptionError
 from conveyor.options import ENQUEUE_OPTIONS, check_name, check_task_name

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import click
 
 from conveyor.client.connection import URL_VARIABLES
-from conveyor.client.core import QueueSettings
+from conveyor.client.models import QueueSettings
 from conveyor.client.sync import Queue
 from conveyor.integrations.embedded import EmbeddedRedis
 

@@ -13,7 +13,7 @@ from contextlib import ExitStack
 from datetime import UTC, datetime
 from typing import Any
 
-from conveyor.client.core import JobRequest
+from conveyor.client.models import JobRequest
 from conveyor.client.sync import Queue
 from conveyor.integrations.embedded import EmbeddedRedis
 from conveyor.integrations.progress import ProgressBar, follow

@@ -25,7 +25,7 @@ from typing import Any, TypeVar, Unpack
 from sqlalchemy import event
 from sqlalchemy.orm import Session, SessionTransaction
 
-from conveyor.client.core import EnqueueOptions, JobRequest
+from conveyor.client.models import EnqueueOptions, JobRequest
 from conveyor.client.sync import Queue
 from conveyor.client.tasks import Task
 from conveyor.errors import ConfigurationError

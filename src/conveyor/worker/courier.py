@@ -18,7 +18,7 @@ from collections import defaultdict
 
 import redis
 
-from conveyor.client.core import QueueSettings
+from conveyor.client.models import QueueSettings
 from conveyor.client.sync import Queue
 from conveyor.client.transport import translated
 from conveyor.errors import ConveyorError

@@ -73,7 +73,7 @@ def trim_events(
     """Trim `queue`'s events stream up to the slowest registered consumer (streaming reads
     with `consumerName`), keeping at least the last `keep_seconds`; returns entries removed.
     With no consumer registered and no `keep_seconds`, nothing is removed."""
-    from conveyor.client.core import QueueSettings
+    from conveyor.client.models import QueueSettings
 
     from . import store
     from .options import Target

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from conveyor.client.core import QueueSettings
+from conveyor.client.models import QueueSettings
 from conveyor.client.sync import Queue
 from conveyor.client.tasks import Tasks
 

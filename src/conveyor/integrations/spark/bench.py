@@ -110,7 +110,7 @@ def measure(
 ) -> dict[str, Any]:
     import redis
 
-    from conveyor.client.core import JobRequest, QueueSettings
+    from conveyor.client.models import JobRequest, QueueSettings
     from conveyor.client.sync import Queue
 
     from . import register
@@ -205,7 +205,7 @@ def _apply_against_manual(spark: SparkSession, url: str, rows: int, stamp: str) 
     """`apply` and the same by hand, each on a queue of its own drained by two workers."""
     import multiprocessing
 
-    from conveyor.client.core import QueueSettings
+    from conveyor.client.models import QueueSettings
 
     from .options import Target
     from .roundtrip import _register_reader, _wait, apply

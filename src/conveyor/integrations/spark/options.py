@@ -19,7 +19,8 @@ import redis
 
 from conveyor.client.cluster import sync_pool
 from conveyor.client.connection import resolve_url, slot_route
-from conveyor.client.core import QueueCore, QueueSettings
+from conveyor.client.core import QueueCore
+from conveyor.client.models import QueueSettings
 from conveyor.errors import ConfigurationError, UnknownOptionError
 from conveyor.options import check_name
 from conveyor.protocol.keys import QueueKeys

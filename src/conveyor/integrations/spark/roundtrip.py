@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from conveyor.client.connection import resolve_url
-from conveyor.client.core import QueueSettings
+from conveyor.client.models import QueueSettings
 from conveyor.errors import ValidationError, WaitTimeoutError
 
 from . import store

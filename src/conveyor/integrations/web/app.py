@@ -18,7 +18,7 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from conveyor.client.aio import AsyncQueue
-from conveyor.client.core import QueueSettings
+from conveyor.client.models import QueueSettings
 from conveyor.integrations.prometheus import metrics_app
 from conveyor.integrations.web import actions, pages
 from conveyor.integrations.web.access import Access, AuthHook
