@@ -436,6 +436,8 @@ def test_decode_claim_reads_odd_fields_of_the_compact_reply_one_by_one() -> None
     plain = [b"a", b"t", b"{}", 1, b"1700000000000", 0]
     with pytest.raises(ValueError, match="unknown fields"):
         ops.decode_claim([b"5", b"-1", 0, *plain[:5], 1 << 12, b"v"])
+    with pytest.raises(ValueError, match="cut short"):
+        ops.decode_claim([b"5", b"-1", 0, *plain[:5], 1 | 2, b"v"])
     (job,) = ops.decode_claim([b"5", b"-1", 0, *plain]).jobs
     assert job == ops.ClaimedJob("a", "t", b"{}", 1, 0, 0, 3, 3, 1000, 300_000, 300_000, 1000,
                                  1700000000000)  # fmt: skip

@@ -27,9 +27,12 @@ SKIP_ARITY = 4  # enqueue_skip's ARGV entries per job: id, task, data, opts
 CLAIM_ARITY = 17
 # The compact claim reply (claim.lua, ARGV[8] = 1): per job id, task, data,
 # attempts, created_at and `present`, then the optional fields whose bit is
-# set in `present`, in the order of _OPTIONAL_AT (below); one left out is its record
-# default (the counts and limits) or nil (schedule ... expires_at).
+# set in `present`, lowest bit first; one left out is its record default (the
+# counts and limits) or nil (schedule ... expires_at).
 COMPACT_FIXED = 6
+# By bit of `present`: that field's place in the full reply (failures ... priority,
+# then schedule, headers, checkpoint, expires_at; created_at, 12, is always there).
+_OPTIONAL_AT = (4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16)
 # failures ... priority when left out (written out: ClaimedJob(*...) then type-checks)
 _COUNT_DEFAULTS = (
     RECORD_DEFAULTS["failures"], RECORD_DEFAULTS["stalls"], RECORD_DEFAULTS["max_failures"],
@@ -415,8 +418,11 @@ def _compact_jobs(reply: Sequence[Any]) -> list[ClaimedJob]:
         bits = int(bits)
         if bits >> len(_OPTIONAL_AT):
             raise ValueError(f"claim reply: unknown fields present ({bits})")
-        present = reply[i : i + bits.bit_count()]
-        i += len(present)
+        n = bits.bit_count()
+        present = reply[i : i + n]
+        if len(present) < n:
+            raise ValueError("claim reply: cut short")
+        i += n
         try:
             job = _compact_fast(fixed, bits, present)
         except (AttributeError, TypeError, ValueError):  # an odd field: decoded one by one
@@ -507,11 +513,6 @@ def _bytes_only(value: bytes) -> bytes:
     if type(value) is not bytes:
         raise TypeError("not bytes")
     return value
-
-
-# The full reply's place of each field of the compact reply that a job may leave out,
-# by bit of `present` (see _compact_fast for their order).
-_OPTIONAL_AT = (4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16)
 
 
 def _claimed(f: Sequence[Any]) -> ClaimedJob:
