@@ -93,6 +93,7 @@ class Proto:
         worker: str = "w1",
         lease_ms: int = 30_000,
         promote: int = 100,
+        compact: bool = True,
     ) -> ops.Call:
         return ops.claim(
             self.keys,
@@ -102,10 +103,12 @@ class Proto:
             token=token,
             promote=promote,
             events_maxlen=MAXLEN,
+            compact=compact,
         )
 
-    def claim(self, count: int = 1, **kwargs: Any) -> ops.ClaimReply:
-        return ops.decode_claim(self.run(self.claim_call(count, **kwargs)))
+    def claim(self, count: int = 1, *, compact: bool = True, **kwargs: Any) -> ops.ClaimReply:
+        raw = self.run(self.claim_call(count, compact=compact, **kwargs))
+        return ops.decode_claim(raw, compact=compact)
 
     def claimed_ids(self, count: int = 1, **kwargs: Any) -> list[str]:
         return [job.id for job in self.claim(count, **kwargs).jobs]

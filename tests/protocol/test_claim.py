@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
+
+import pytest
 
 from conveyor.protocol import ops
 
-from .harness import HALF, SEQ_SPAN, Proto
+from .harness import HALF, MAXLEN, SEQ_SPAN, Proto
 
 
 def test_claim_leases_the_first_ready_job(q: Proto) -> None:
+    """Without ARGV[8] (a client that predates the compact reply): the full
+    reply, 17 fields a job, defaults written out."""
     q.enqueue("a", "send", {"n": 1}, priority=3, max_failures=5, timeout=2)
     created = int(q.job("a")["created_at"])
-    raw = q.run(q.claim_call(1, token="t0k", worker="w-9", lease_ms=4_000))
+    call = q.claim_call(1, token="t0k", worker="w-9", lease_ms=4_000, compact=False)
+    assert len(call.args) == 7
+    raw = q.run(call)
     now = int(raw[0])
     assert (int(raw[1]), int(raw[2])) == (-1, 0)
     assert list(raw[3:]) == [
@@ -271,7 +278,7 @@ def test_decode_claim_takes_odd_fields_one_by_one() -> None:
              b"1800000000000"]  # fmt: skip
     odd = [b"b", "send", "{}", b"2", 0, b"x", None, b"3", b"1000", b"300000", 2000,
            None, b"1700000000000", 7, None, "[1]", None]  # fmt: skip
-    reply = ops.decode_claim([b"5", b"-1", 0, *usual, *odd])
+    reply = ops.decode_claim([b"5", b"-1", 0, *usual, *odd], compact=False)
     first, second = reply.jobs
     assert (reply.now_ms, reply.next_due_ms) == (5, None)
     assert first == ops.ClaimedJob(
@@ -290,6 +297,147 @@ def test_decode_claim_parses_thousands_of_distinct_values() -> None:
     reply: list[object] = [b"5", b"-1", 0]
     for n in range(3000):  # every job its own timeout
         reply += [*job[:10], str(n).encode(), *job[11:]]
-    jobs = ops.decode_claim(reply).jobs
+    jobs = ops.decode_claim(reply, compact=False).jobs
     assert [j.timeout_ms for j in jobs] == list(range(3000))
     assert {j.max_backoff_ms for j in jobs} == {300000}
+
+
+# --- the compact reply (ARGV[8] = 1, protocol §6.2) ---------------------------------------
+
+# The 12 fields the compact reply may leave out, in the order of its `present` bits: the
+# record field, a value other than its default, the ClaimedJob attribute, and that value decoded.
+OPTIONAL = [
+    ("failures", "2", "failures", 2),
+    ("stalls", "1", "stalls", 1),
+    ("max_failures", "9", "max_failures", 9),
+    ("max_stalls", "8", "max_stalls", 8),
+    ("min_backoff", "5", "min_backoff_ms", 5),
+    ("max_backoff", "6000", "max_backoff_ms", 6000),
+    ("timeout", "7000", "timeout_ms", 7000),
+    ("priority", "4", "priority", 4),
+    ("schedule", "s1", "schedule", "s1"),
+    ("headers", '{"a":1}', "headers", '{"a":1}'),
+    ("checkpoint", '{"c":2}', "checkpoint", b'{"c":2}'),
+    ("expires_at", "99999999999999", "expires_at_ms", 99999999999999),
+]
+
+
+def test_the_compact_reply_leaves_out_what_is_at_its_default(q: Proto) -> None:
+    q.enqueue("a", "send", {"n": 1}, priority=3, max_failures=5, timeout=2)
+    q.enqueue_new(("b", [2]))
+    created = [int(q.job(job_id)["created_at"]) for job_id in ("a", "b")]
+    call = q.claim_call(2)
+    assert call.args[7] == 1
+    raw = q.run(call)
+    assert (int(raw[1]), int(raw[2])) == (-1, 0)
+    assert list(raw[3:]) == [
+        b"a", b"send", b'{"n":1}', 1, str(created[0]).encode(), 4 | 64 | 128, b"5", b"2000", b"3",
+        b"b", b"t", b"[2]", 1, str(created[1]).encode(), 0,
+    ]  # fmt: skip
+    # ARGV[8] = 0 is the full reply, as when it is absent
+    q.enqueue("c")
+    call = q.claim_call(1, compact=False)
+    raw = q.run(ops.Call(call.script, call.keys, (*call.args, 0)))
+    assert len(raw) == 3 + ops.CLAIM_ARITY and raw[3] == b"c"
+
+
+@pytest.mark.parametrize("k", range(len(OPTIONAL)))
+def test_a_field_off_its_default_is_in_the_compact_reply(q: Proto, k: int) -> None:
+    """One optional field set at a time: its bit alone, its value, and nothing else changed."""
+    field, value, attr, decoded = OPTIONAL[k]
+    for job_id in ("plain", "a"):
+        q.enqueue(job_id)
+    q.r.hset(q.keys.job("a"), field, value)
+    plain = q.claim().jobs[0]
+    raw = q.run(q.claim_call(1))
+    assert raw[3 + 5] == 1 << k
+    assert list(raw[3 + ops.COMPACT_FIXED :]) == [value.encode()]
+    (job,) = ops.decode_claim(raw).jobs
+    expected = dataclasses.replace(plain, id="a", created_at_ms=job.created_at_ms)
+    setattr(expected, attr, decoded)
+    assert job == expected
+
+
+def test_a_field_stored_at_its_default_decodes_as_when_left_out(q: Proto) -> None:
+    for job_id in ("plain", "a"):
+        q.enqueue(job_id)
+    q.r.hset(q.keys.job("a"), mapping={"failures": "0", "priority": "1000", "timeout": "300000"})
+    plain = q.claim().jobs[0]
+    (job,) = q.claim().jobs
+    assert job == dataclasses.replace(plain, id="a", created_at_ms=job.created_at_ms)
+
+
+def _copy_queue(source: Proto, target: Proto) -> None:
+    """Every key of `source` under `target`'s name: the same records, indexes and times."""
+    for key in source.r.scan_iter(match=source.keys.base + "*", count=1000):
+        name = key.decode().replace(source.keys.base, target.keys.base, 1)
+        source.r.restore(name, 0, source.r.dump(key))
+
+
+def _drain(q: Proto, *, compact: bool) -> list[list[ops.ClaimedJob]]:
+    batches = []
+    while batch := q.claim(10, compact=compact).jobs:
+        batches.append(batch)
+    return batches
+
+
+def test_the_compact_and_the_full_reply_decode_to_the_same_jobs(q: Proto) -> None:
+    """Jobs with every option at its default and with every one set, through the
+    scripts that set them, claimed from two copies of one queue in either form."""
+    now = q.now()
+    for job_id in ("retried", "resumed", "stalled"):
+        q.enqueue(job_id)
+    assert q.claimed_ids(3, token="t1", lease_ms=60_000) == ["retried", "resumed", "stalled"]
+    assert q.fail("retried", "t1", retry_delay_ms=0) == "retried"
+    assert q.run(ops.checkpoint(q.keys, job_id="resumed", token="t1", state='{"c":1}')) == 1
+    q.run(ops.defer(q.keys, [("resumed", "t1", 0, "")], events_maxlen=MAXLEN))
+    q.r.zadd(q.keys.active, {"stalled": 0})  # its lease ran out: the reaper takes it back
+    assert q.reap().recovered == 1
+    q.enqueue_new(("plain", {"n": 1}), ("long", "x" * 300))
+    q.enqueue("defaults")
+    q.enqueue(
+        "every", "send", {"n": 2}, priority=3, max_failures=5, max_stalls=4, min_backoff=0.25,
+        max_backoff=60, timeout=2, headers={"h": "v"}, expires=3600,
+    )  # fmt: skip
+    q.schedule("sched", now, every_ms=60_000, priority=2)
+    copy = Proto(q.r, q.name + "-full")
+    _copy_queue(q, copy)
+
+    compact, full = _drain(q, compact=True), _drain(copy, compact=False)
+    assert compact == full
+    jobs = {job.id: job for batch in compact for job in batch}
+    assert len(jobs) == 8
+    assert jobs["retried"].failures == 1
+    assert jobs["resumed"].checkpoint == b'{"c":1}'
+    assert jobs["stalled"].stalls == 1
+    assert jobs["long"].data == b'"' + b"x" * 300 + b'"'
+    every = jobs["every"]
+    assert (every.priority, every.max_failures, every.max_stalls) == (3, 5, 4)
+    assert (every.min_backoff_ms, every.max_backoff_ms, every.timeout_ms) == (250, 60_000, 2_000)
+    assert every.headers == '{"h":"v"}' and every.expires_at_ms is not None
+    (tick,) = [job for job in jobs.values() if job.schedule == "sched"]
+    assert tick.priority == 2
+
+
+def test_decode_claim_reads_odd_fields_of_the_compact_reply_one_by_one() -> None:
+    """Odd values (text, numbers) in the compact reply decode as in the full one."""
+    full = [b"b", "send", "{}", b"2", 0, b"x", None, b"3", b"1000", b"300000", 2000,
+            None, b"1700000000000", 7, None, "[1]", None]  # fmt: skip
+    # failures (bit 0) is 0 (a number); stalls b"x" and the rest: as the full reply has them
+    compact = [b"b", "send", "{}", b"2", b"1700000000000", 1 | 2 | 4 | 64 | 128 | 256 | 1024,
+               0, b"x", None, 2000, None, 7, "[1]"]  # fmt: skip
+    # a corrupt record's nil task, data and created_at
+    full += [b"c", None, None, 1, b"0", b"0", b"3", b"3", b"1000", b"300000", b"300000",
+             b"1000", None, None, None, None, None]  # fmt: skip
+    compact += [b"c", None, None, 1, None, 0]
+    as_full = ops.decode_claim([b"5", b"-1", 0, *full], compact=False).jobs
+    as_compact = ops.decode_claim([b"5", b"-1", 0, *compact]).jobs
+    assert as_compact == as_full and len(as_full) == 2
+    plain = [b"a", b"t", b"{}", 1, b"1700000000000", 0]
+    with pytest.raises(ValueError, match="unknown fields"):
+        ops.decode_claim([b"5", b"-1", 0, *plain[:5], 1 << 12, b"v"])
+    with pytest.raises(ValueError, match="cut short"):
+        ops.decode_claim([b"5", b"-1", 0, *plain[:5], 1 | 2, b"v"])
+    (job,) = ops.decode_claim([b"5", b"-1", 0, *plain]).jobs
+    assert job == ops.ClaimedJob("a", "t", b"{}", 1, 0, 0, 3, 3, 1000, 300_000, 300_000, 1000,
+                                 1700000000000)  # fmt: skip

@@ -23,8 +23,22 @@ NEW_ARITY = 3  # enqueue_new's ARGV entries per job: id, task, data
 # One job of an enqueue_new call: (id, task, data).
 NewJob = tuple[str, str, str]
 SKIP_ARITY = 4  # enqueue_skip's ARGV entries per job: id, task, data, opts
-# Fields per job in the claim script's reply (see claim.lua).
+# Fields per job in the claim script's full reply (see claim.lua).
 CLAIM_ARITY = 17
+# The compact claim reply (claim.lua, ARGV[8] = 1): per job id, task, data,
+# attempts, created_at and `present`, then the optional fields whose bit is
+# set in `present`, lowest bit first; one left out is its record default (the
+# counts and limits) or nil (schedule ... expires_at).
+COMPACT_FIXED = 6
+# By bit of `present`: that field's place in the full reply (failures ... priority,
+# then schedule, headers, checkpoint, expires_at; created_at, 12, is always there).
+_OPTIONAL_AT = (4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16)
+# failures ... priority when left out (written out: ClaimedJob(*...) then type-checks)
+_COUNT_DEFAULTS = (
+    RECORD_DEFAULTS["failures"], RECORD_DEFAULTS["stalls"], RECORD_DEFAULTS["max_failures"],
+    RECORD_DEFAULTS["max_stalls"], RECORD_DEFAULTS["min_backoff"], RECORD_DEFAULTS["max_backoff"],
+    RECORD_DEFAULTS["timeout"], RECORD_DEFAULTS["priority"],
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,26 +375,108 @@ def claim(
     promote: int,
     events_maxlen: int,
     alone: bool = True,
+    compact: bool = True,
 ) -> Call:
-    """`alone`: the worker runs nothing now, so it may take a suspect (claim.lua)."""
+    """`alone`: the worker runs nothing now, so it may take a suspect (claim.lua).
+    `compact`: ask for the compact reply; False sends the ARGV of a client
+    that predates it and gets the full reply (decode either with the same
+    `compact` given to decode_claim)."""
+    args: tuple[Arg, ...] = (worker_id, count, lease_ms, token, promote, events_maxlen,
+                             _flag(alone))  # fmt: skip
     return Call(
         "claim",
         (keys.base, keys.meta, keys.ready, keys.scheduled, keys.active, keys.marker,
          keys.events, keys.failed, keys.groups, keys.gwait, keys.gactive),
-        (worker_id, count, lease_ms, token, promote, events_maxlen, _flag(alone)),
+        (*args, 1) if compact else args,
     )  # fmt: skip
 
 
-def decode_claim(reply: Sequence[Any]) -> ClaimReply:
-    jobs = []
-    for i in range(3, len(reply), CLAIM_ARITY):
-        f = reply[i : i + CLAIM_ARITY]
-        try:
-            job = _claimed_fast(f)
-        except (AttributeError, TypeError, ValueError):  # an odd field: decoded one by one
-            job = _claimed(f)
-        jobs.append(job)
+def decode_claim(reply: Sequence[Any], *, compact: bool = True) -> ClaimReply:
+    """A claim's reply, compact or (`compact` False) full: the same jobs either way."""
+    if compact:
+        jobs = _compact_jobs(reply)
+    else:
+        jobs = [_claimed_any(reply[i : i + CLAIM_ARITY]) for i in range(3, len(reply), CLAIM_ARITY)]
     return ClaimReply(int(reply[0]), _optional_ms(reply[1]), jobs, int(reply[2]) == 1)
+
+
+def _compact_jobs(reply: Sequence[Any]) -> list[ClaimedJob]:
+    jobs = []
+    i, end = 3, len(reply)
+    while i < end:
+        fixed = reply[i : i + COMPACT_FIXED]
+        i += COMPACT_FIXED
+        id_, task, data, attempts, created, bits = fixed
+        if bits == 0 and type(data) is bytes:  # no option off its default: most jobs
+            try:  # _compact_fast's decoding, written out for them
+                jobs.append(ClaimedJob(id_.decode("utf-8", "replace"),
+                                       task.decode("utf-8", "replace"), data, int(attempts),
+                                       *_COUNT_DEFAULTS, int(created)))  # fmt: skip
+                continue
+            except (AttributeError, TypeError, ValueError):  # an odd field: below
+                pass
+        bits = int(bits)
+        if bits >> len(_OPTIONAL_AT):
+            raise ValueError(f"claim reply: unknown fields present ({bits})")
+        n = bits.bit_count()
+        present = reply[i : i + n]
+        if len(present) < n:
+            raise ValueError("claim reply: cut short")
+        i += n
+        try:
+            job = _compact_fast(fixed, bits, present)
+        except (AttributeError, TypeError, ValueError):  # an odd field: decoded one by one
+            job = _claimed(_full_form(fixed, bits, present))
+        jobs.append(job)
+    return jobs
+
+
+def _compact_fast(fixed: Sequence[Any], bits: int, present: Sequence[Any]) -> ClaimedJob:
+    """A job of the compact reply whose fields are what claim.lua writes,
+    decoded as _claimed_fast decodes the same job's full reply; raises on
+    anything else, and _claimed then decodes it field by field."""
+    id_, task, data, attempts, created, _ = fixed
+    if data is not None and type(data) is not bytes:
+        raise TypeError("data")
+    d = _COUNT_DEFAULTS
+    take = iter(present).__next__  # the fields present, in ClaimedJob's order
+    return ClaimedJob(
+        id_.decode("utf-8", "replace"),
+        None if task is None else task.decode("utf-8", "replace"),
+        data,
+        int(attempts),
+        int(take()) if bits & 1 else d[0],
+        int(take()) if bits & 2 else d[1],
+        int(take()) if bits & 4 else d[2],
+        int(take()) if bits & 8 else d[3],
+        int(take()) if bits & 16 else d[4],
+        int(take()) if bits & 32 else d[5],
+        int(take()) if bits & 64 else d[6],
+        int(take()) if bits & 128 else d[7],
+        None if created is None else int(created),
+        take().decode("utf-8", "replace") if bits & 256 else None,
+        take().decode("utf-8", "replace") if bits & 512 else None,
+        _bytes_only(take()) if bits & 1024 else None,
+        int(take()) if bits & 2048 else None,
+    )
+
+
+def _full_form(fixed: Sequence[Any], bits: int, present: Sequence[Any]) -> list[Any]:
+    """A job of the compact reply as the full reply's 17 fields (a default as a number)."""
+    id_, task, data, attempts, created, _ = fixed
+    f = [id_, task, data, attempts, *_COUNT_DEFAULTS, created, None, None, None, None]
+    for value in present:
+        low = bits & -bits
+        f[_OPTIONAL_AT[low.bit_length() - 1]] = value
+        bits ^= low
+    return f
+
+
+def _claimed_any(f: Sequence[Any]) -> ClaimedJob:
+    try:
+        return _claimed_fast(f)
+    except (AttributeError, TypeError, ValueError):  # an odd field: decoded one by one
+        return _claimed(f)
 
 
 def _claimed_fast(f: Sequence[Any]) -> ClaimedJob:
