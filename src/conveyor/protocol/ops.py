@@ -2,7 +2,8 @@
 
 Nearly every operation is "build a Call, run one script, decode the reply";
 keeping the first and last step here lets the sync and async clients share
-everything but the line that does I/O.
+everything but the line that does I/O. The claim (the worker's hot decoder) is in
+claims.py and the Call with the reply helpers in calls.py; both are re-exported here.
 """
 
 from __future__ import annotations
@@ -12,10 +13,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from conveyor.protocol.calls import Arg as Arg
+from conveyor.protocol.calls import Call as Call
+from conveyor.protocol.calls import flag, optional_ms
+from conveyor.protocol.calls import text as text
+from conveyor.protocol.claims import CLAIM_ARITY as CLAIM_ARITY
+from conveyor.protocol.claims import COMPACT_FIXED as COMPACT_FIXED
+from conveyor.protocol.claims import ClaimedJob as ClaimedJob
+from conveyor.protocol.claims import ClaimReply as ClaimReply
+from conveyor.protocol.claims import claim as claim
+from conveyor.protocol.claims import decode_claim as decode_claim
 from conveyor.protocol.keys import QueueKeys
 from conveyor.protocol.record import RECORD_DEFAULTS
-
-Arg = str | int | float | bytes
 
 # Fields per job in the enqueue script's ARGV (see enqueue.lua).
 ENQUEUE_ARITY = 6
@@ -23,31 +32,6 @@ NEW_ARITY = 3  # enqueue_new's ARGV entries per job: id, task, data
 # One job of an enqueue_new call: (id, task, data).
 NewJob = tuple[str, str, str]
 SKIP_ARITY = 4  # enqueue_skip's ARGV entries per job: id, task, data, opts
-# Fields per job in the claim script's full reply (see claim.lua).
-CLAIM_ARITY = 17
-# The compact claim reply (claim.lua, ARGV[8] = 1): per job id, task, data,
-# attempts, created_at and `present`, then the optional fields whose bit is
-# set in `present`, lowest bit first; one left out is its record default (the
-# counts and limits) or nil (schedule ... expires_at).
-COMPACT_FIXED = 6
-# By bit of `present`: that field's place in the full reply (failures ... priority,
-# then schedule, headers, checkpoint, expires_at; created_at, 12, is always there).
-_OPTIONAL_AT = (4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16)
-# failures ... priority when left out (written out: ClaimedJob(*...) then type-checks)
-_COUNT_DEFAULTS = (
-    RECORD_DEFAULTS["failures"], RECORD_DEFAULTS["stalls"], RECORD_DEFAULTS["max_failures"],
-    RECORD_DEFAULTS["max_stalls"], RECORD_DEFAULTS["min_backoff"], RECORD_DEFAULTS["max_backoff"],
-    RECORD_DEFAULTS["timeout"], RECORD_DEFAULTS["priority"],
-)  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """One script invocation: which script, its KEYS and its ARGV."""
-
-    script: str
-    keys: tuple[str, ...]
-    args: tuple[Arg, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +49,11 @@ class UpsertRules:
     def options(self) -> list[str]:
         """The rules as enqueue.lua's `opts` lines (all of them: they are rare)."""
         return [
-            f"u_data={_flag(self.data)}", f"u_run_at={self.run_at}",
-            f"u_max_failures={_flag(self.max_failures)}",
-            f"u_max_stalls={_flag(self.max_stalls)}",
-            f"u_min_backoff={_flag(self.min_backoff)}",
-            f"u_max_backoff={_flag(self.max_backoff)}", f"u_reset={_flag(self.reset_counts)}",
+            f"u_data={flag(self.data)}", f"u_run_at={self.run_at}",
+            f"u_max_failures={flag(self.max_failures)}",
+            f"u_max_stalls={flag(self.max_stalls)}",
+            f"u_min_backoff={flag(self.min_backoff)}",
+            f"u_max_backoff={flag(self.max_backoff)}", f"u_reset={flag(self.reset_counts)}",
         ]  # fmt: skip
 
 
@@ -192,38 +176,6 @@ class Enqueued:
 _CREATED = Enqueued("created", "waiting")
 
 
-@dataclass(slots=True)  # not frozen: a frozen dataclass costs ~2 µs more per claimed job
-class ClaimedJob:
-    """A leased job as the claim script returned it; fields may be None when
-    the record in Redis is corrupt, and the worker then fails the job."""
-
-    id: str
-    task: str | None
-    data: bytes | None
-    attempts: int
-    failures: int | None
-    stalls: int | None
-    max_failures: int | None
-    max_stalls: int | None
-    min_backoff_ms: int | None
-    max_backoff_ms: int | None
-    timeout_ms: int | None
-    priority: int | None
-    created_at_ms: int | None
-    schedule: str | None = None  # the schedule id of a repeatable job's tick
-    headers: str | None = None  # JSON text of the headers given at enqueue
-    checkpoint: bytes | None = None  # the saved resumable state (JSON), §16.7
-    expires_at_ms: int | None = None  # claimed at or past it: fail it unrun, §16.2
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimReply:
-    now_ms: int
-    next_due_ms: int | None
-    jobs: list[ClaimedJob]
-    held: bool = False  # a suspect waits for a worker that runs nothing else
-
-
 @dataclass(frozen=True, slots=True)
 class FailItem:
     id: str
@@ -246,37 +198,6 @@ class ReapReply:
 class AwaitReply:
     state: str  # missing | pending | completed | failed
     payload: str | None
-
-
-def _flag(value: bool) -> int:
-    return 1 if value else 0
-
-
-def text(value: Any) -> str:
-    """A reply element as text (replies arrive as bytes)."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value)
-
-
-def _int(value: Any) -> int | None:
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _bytes(value: Any) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    return str(value).encode()
-
-
-def _optional_ms(value: Any) -> int | None:
-    ms = int(value)
-    return None if ms < 0 else ms
 
 
 def enqueue(keys: QueueKeys, specs: Sequence[JobSpec], *, events_maxlen: int) -> Call:
@@ -365,178 +286,6 @@ def decode_enqueue(reply: Sequence[Any]) -> list[Enqueued]:
     return [Enqueued(text(reply[i]), text(reply[i + 1])) for i in range(0, len(reply), 2)]
 
 
-def claim(
-    keys: QueueKeys,
-    *,
-    worker_id: str,
-    count: int,
-    lease_ms: int,
-    token: str,
-    promote: int,
-    events_maxlen: int,
-    alone: bool = True,
-    compact: bool = True,
-) -> Call:
-    """`alone`: the worker runs nothing now, so it may take a suspect (claim.lua).
-    `compact`: ask for the compact reply; False sends the ARGV of a client
-    that predates it and gets the full reply (decode either with the same
-    `compact` given to decode_claim)."""
-    args: tuple[Arg, ...] = (worker_id, count, lease_ms, token, promote, events_maxlen,
-                             _flag(alone))  # fmt: skip
-    return Call(
-        "claim",
-        (keys.base, keys.meta, keys.ready, keys.scheduled, keys.active, keys.marker,
-         keys.events, keys.failed, keys.groups, keys.gwait, keys.gactive),
-        (*args, 1) if compact else args,
-    )  # fmt: skip
-
-
-def decode_claim(reply: Sequence[Any], *, compact: bool = True) -> ClaimReply:
-    """A claim's reply, compact or (`compact` False) full: the same jobs either way."""
-    if compact:
-        jobs = _compact_jobs(reply)
-    else:
-        jobs = [_claimed_any(reply[i : i + CLAIM_ARITY]) for i in range(3, len(reply), CLAIM_ARITY)]
-    return ClaimReply(int(reply[0]), _optional_ms(reply[1]), jobs, int(reply[2]) == 1)
-
-
-def _compact_jobs(reply: Sequence[Any]) -> list[ClaimedJob]:
-    jobs = []
-    i, end = 3, len(reply)
-    while i < end:
-        fixed = reply[i : i + COMPACT_FIXED]
-        i += COMPACT_FIXED
-        id_, task, data, attempts, created, bits = fixed
-        if bits == 0 and type(data) is bytes:  # no option off its default: most jobs
-            try:  # _compact_fast's decoding, written out for them
-                jobs.append(ClaimedJob(id_.decode("utf-8", "replace"),
-                                       task.decode("utf-8", "replace"), data, int(attempts),
-                                       *_COUNT_DEFAULTS, int(created)))  # fmt: skip
-                continue
-            except (AttributeError, TypeError, ValueError):  # an odd field: below
-                pass
-        bits = int(bits)
-        if bits >> len(_OPTIONAL_AT):
-            raise ValueError(f"claim reply: unknown fields present ({bits})")
-        n = bits.bit_count()
-        present = reply[i : i + n]
-        if len(present) < n:
-            raise ValueError("claim reply: cut short")
-        i += n
-        try:
-            job = _compact_fast(fixed, bits, present)
-        except (AttributeError, TypeError, ValueError):  # an odd field: decoded one by one
-            job = _claimed(_full_form(fixed, bits, present))
-        jobs.append(job)
-    return jobs
-
-
-def _compact_fast(fixed: Sequence[Any], bits: int, present: Sequence[Any]) -> ClaimedJob:
-    """A job of the compact reply whose fields are what claim.lua writes,
-    decoded as _claimed_fast decodes the same job's full reply; raises on
-    anything else, and _claimed then decodes it field by field."""
-    id_, task, data, attempts, created, _ = fixed
-    if data is not None and type(data) is not bytes:
-        raise TypeError("data")
-    d = _COUNT_DEFAULTS
-    take = iter(present).__next__  # the fields present, in ClaimedJob's order
-    return ClaimedJob(
-        id_.decode("utf-8", "replace"),
-        None if task is None else task.decode("utf-8", "replace"),
-        data,
-        int(attempts),
-        int(take()) if bits & 1 else d[0],
-        int(take()) if bits & 2 else d[1],
-        int(take()) if bits & 4 else d[2],
-        int(take()) if bits & 8 else d[3],
-        int(take()) if bits & 16 else d[4],
-        int(take()) if bits & 32 else d[5],
-        int(take()) if bits & 64 else d[6],
-        int(take()) if bits & 128 else d[7],
-        None if created is None else int(created),
-        take().decode("utf-8", "replace") if bits & 256 else None,
-        take().decode("utf-8", "replace") if bits & 512 else None,
-        _bytes_only(take()) if bits & 1024 else None,
-        int(take()) if bits & 2048 else None,
-    )
-
-
-def _full_form(fixed: Sequence[Any], bits: int, present: Sequence[Any]) -> list[Any]:
-    """A job of the compact reply as the full reply's 17 fields (a default as a number)."""
-    id_, task, data, attempts, created, _ = fixed
-    f = [id_, task, data, attempts, *_COUNT_DEFAULTS, created, None, None, None, None]
-    for value in present:
-        low = bits & -bits
-        f[_OPTIONAL_AT[low.bit_length() - 1]] = value
-        bits ^= low
-    return f
-
-
-def _claimed_any(f: Sequence[Any]) -> ClaimedJob:
-    try:
-        return _claimed_fast(f)
-    except (AttributeError, TypeError, ValueError):  # an odd field: decoded one by one
-        return _claimed(f)
-
-
-def _claimed_fast(f: Sequence[Any]) -> ClaimedJob:
-    """A claimed job whose fields are what claim.lua writes (bytes or nil): the
-    same as _claimed's, in one call per job; raises on anything else (a
-    ValueError if there are not CLAIM_ARITY), and _claimed then decodes it
-    field by field."""
-    (id_, task, data, attempts, failures, stalls, max_f, max_s, min_b, max_b, timeout, prio,
-     created, sched, heads, cp, exp) = f  # fmt: skip
-    if data is not None and type(data) is not bytes:
-        raise TypeError("data")
-    return ClaimedJob(
-        id_.decode("utf-8", "replace"),
-        None if task is None else task.decode("utf-8", "replace"),
-        data,
-        int(attempts),
-        None if failures is None else int(failures),
-        None if stalls is None else int(stalls),
-        None if max_f is None else int(max_f),
-        None if max_s is None else int(max_s),
-        None if min_b is None else int(min_b),
-        None if max_b is None else int(max_b),
-        None if timeout is None else int(timeout),
-        None if prio is None else int(prio),
-        None if created is None else int(created),
-        None if sched is None else sched.decode("utf-8", "replace"),
-        None if heads is None else heads.decode("utf-8", "replace"),
-        None if cp is None else _bytes_only(cp),
-        None if exp is None else int(exp),
-    )
-
-
-def _bytes_only(value: bytes) -> bytes:
-    if type(value) is not bytes:
-        raise TypeError("not bytes")
-    return value
-
-
-def _claimed(f: Sequence[Any]) -> ClaimedJob:
-    return ClaimedJob(
-        id=text(f[0]),
-        task=None if f[1] is None else text(f[1]),
-        data=f[2] if f[2] is None or isinstance(f[2], bytes) else str(f[2]).encode(),
-        attempts=int(f[3]),
-        failures=_int(f[4]),
-        stalls=_int(f[5]),
-        max_failures=_int(f[6]),
-        max_stalls=_int(f[7]),
-        min_backoff_ms=_int(f[8]),
-        max_backoff_ms=_int(f[9]),
-        timeout_ms=_int(f[10]),
-        priority=_int(f[11]),
-        created_at_ms=_int(f[12]),
-        schedule=None if f[13] is None else text(f[13]),
-        headers=None if f[14] is None else text(f[14]),
-        checkpoint=_bytes(f[15]),
-        expires_at_ms=_int(f[16]),
-    )
-
-
 def complete(keys: QueueKeys, items: Sequence[tuple[str, str, str]], *, events_maxlen: int) -> Call:
     args: list[Arg] = [events_maxlen]
     for job_id, token, result in items:
@@ -563,7 +312,7 @@ def fail(keys: QueueKeys, items: Sequence[FailItem], *, events_maxlen: int) -> C
     args: list[Arg] = [events_maxlen]
     for it in items:
         delay = "" if it.retry_delay_ms is None else max(0, it.retry_delay_ms)
-        args.extend((it.id, it.token, it.error, _flag(it.permanent), delay, it.jitter))
+        args.extend((it.id, it.token, it.error, flag(it.permanent), delay, it.jitter))
     return Call(
         "fail",
         (keys.base, keys.active, keys.failed, keys.ready, keys.scheduled, keys.marker,
@@ -599,7 +348,7 @@ def release(
     """Give back (id, token, started) leases; see release.lua."""
     args: list[Arg] = [events_maxlen]
     for job_id, token, started in leases:
-        args.extend((job_id, token, _flag(started)))
+        args.extend((job_id, token, flag(started)))
     return Call(
         "release",
         (keys.base, keys.active, keys.ready, keys.scheduled, keys.marker, keys.events,
@@ -618,7 +367,7 @@ def reap(keys: QueueKeys, *, batch: int, events_maxlen: int) -> Call:
 
 
 def decode_reap(reply: Sequence[Any]) -> ReapReply:
-    return ReapReply(int(reply[0]), int(reply[1]), _optional_ms(reply[2]), bool(int(reply[3])))
+    return ReapReply(int(reply[0]), int(reply[1]), optional_ms(reply[2]), bool(int(reply[3])))
 
 
 def heartbeat(
