@@ -11,7 +11,8 @@
 3. `archive` reads every job back (`format("conveyor")`), writes the finished ones to
    Parquet by queue and day, then removes them from Redis;
 4. `report` reads the archive and every event (`format("conveyor_events")`) and writes the
-   HTML and JSON report.
+   HTML and JSON report. It overlaps the archive: the events are read from the archive's
+   start, the archived jobs from its Parquet commit on, while it removes them from Redis.
 """
 
 from __future__ import annotations
