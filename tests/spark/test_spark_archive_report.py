@@ -64,9 +64,18 @@ def test_archive_moves_finished_jobs_and_reruns_are_safe(
         assert counts[JobState.COMPLETED] + counts[JobState.FAILED] == 0
         assert counts[JobState.DELAYED] == 1 and q.get("a1") is None
 
+        # on_commit sees this run's rows committed and its jobs not yet removed
         _finish(redis_url, queue_name, worker_runner, [f"b{n}" for n in range(50)])
-        (result,) = archive(spark, redis_url, path, [queue_name])
+        seen: list[tuple[str, int, int]] = []
+
+        def committed(queue: str) -> None:
+            counts = q.counts()
+            ids = spark.read.parquet(path).where("id LIKE 'b%'").count()
+            seen.append((queue, ids, counts[JobState.COMPLETED] + counts[JobState.FAILED]))
+
+        (result,) = archive(spark, redis_url, path, [queue_name], on_commit=committed)
         assert (result.recovered_runs, result.removed, result.archived) == (0, 50, 50)
+        assert seen == [(queue_name, 50, 50)]
 
     data = spark.read.parquet(path)
     rows = data.select("id", "state", "queue", "day", "finished_at", "result").collect()
@@ -115,11 +124,22 @@ def test_pipeline_end_to_end_writes_the_report(
     assert "<h1>Conveyor report</h1>" in html and _well_formed_svgs(html) >= 3
     with Queue(queue_name, url=redis_url) as q:
         assert sum(q.counts().values()) == 0  # archived, then removed
+    archive_path = str(tmp_path / "out" / "archive")
+    ids = spark.read.parquet(archive_path).select("id").distinct().count()
+    assert ids == spark.read.parquet(archive_path).count() == 2000  # each job once
 
-    # Without events, the throughput and the errors come from the archived jobs.
+    # The report overlapped the archive: the same numbers as a report run after it.
     from conveyor.integrations.spark.report import report
 
-    archived = report(spark, str(tmp_path / "r2"), archive_path=str(tmp_path / "out" / "archive"))
+    after = report(spark, str(tmp_path / "r1"), archive_path=archive_path, url=redis_url,
+                   queues=[queue_name], live_jobs=False)  # fmt: skip
+    volatile = ("generated_at", "seconds")
+    assert {k: v for k, v in after.summary.items() if k not in volatile} == {
+        k: v for k, v in summary.items() if k not in volatile
+    }
+
+    # Without events, the throughput and the errors come from the archived jobs.
+    archived = report(spark, str(tmp_path / "r2"), archive_path=archive_path)
     again = json.loads(Path(archived.json).read_text())
     assert again["totals"] == summary["totals"] and "events" not in again
     finished = sum(sum(v for k, v in p.items() if k != "t") for p in again["throughput"]["series"])

@@ -25,7 +25,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -70,9 +70,12 @@ def archive(
     prefix: str = "conveyor",
     finished_before: str | None = None,
     fail_after_write: bool = False,
+    on_commit: Callable[[str], None] | None = None,
 ) -> list[ArchiveResult]:
     """Archive the finished jobs of `queues` under `path` (any Hadoop path: local, HDFS,
     S3A ...). `finished_before` (ISO-8601 or epoch seconds) keeps newer jobs in Redis.
+    `on_commit(queue)` is called once a queue's rows are committed, before their jobs are
+    removed: the dataset can be read from then on (the pipeline's report starts there).
     `fail_after_write` is a testing aid that stops after the Parquet commit."""
     from . import register
 
@@ -82,7 +85,9 @@ def archive(
     results = []
     for queue in queues:
         target = Target(url=url, queue=queue, prefix=prefix, events_maxlen=10_000)
-        results.append(_archive_queue(spark, target, path, finished_before, fail_after_write))
+        results.append(
+            _archive_queue(spark, target, path, finished_before, fail_after_write, on_commit)
+        )
     return results
 
 
@@ -92,6 +97,7 @@ def _archive_queue(
     path: str,
     finished_before: str | None,
     fail_after_write: bool,
+    on_commit: Callable[[str], None] | None,
 ) -> ArchiveResult:
     started = time.monotonic()
     lock, pending = _keys(target)
@@ -118,6 +124,8 @@ def _archive_queue(
         jobs.write.mode("append").partitionBy("queue", "day").parquet(path)
         if fail_after_write:
             raise RuntimeError("fail_after_write: stopping after the Parquet commit (as asked)")
+        if on_commit is not None:
+            on_commit(target.queue)
         client.pexpire(lock, LOCK_TTL_MS)
         removing = time.monotonic()
         r, k = _forget_run(spark, target, path, run_id)
@@ -206,4 +214,3 @@ def _forget_run(spark: SparkSession, target: Target, path: str, run_id: str) -> 
     finally:
         client.close()
     return counts.get("removed", 0), counts.get("kept", 0)
-

@@ -30,7 +30,7 @@ from .schema import EVENTS_COLUMNS, JOBS_COLUMNS, ddl
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["ReportPaths", "report"]
+__all__ = ["Activity", "ReportPaths", "event_activity", "report"]
 
 REPORT_VERSION = 2
 _BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
@@ -43,6 +43,15 @@ _SCHEMAS = {
     "conveyor": ddl([c for c in JOBS_COLUMNS if c[0] in _JOB_COLUMNS]),
     "conveyor_events": ddl([c for c in EVENTS_COLUMNS if c[0] in _EVENT_COLUMNS]),
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    """What the report takes from the events: counts by type, throughput, top errors."""
+
+    counts: dict[str, int]
+    throughput: dict[str, Any]
+    errors: list[dict[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +283,22 @@ def _top_errors(rows: Sequence[Any]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def event_activity(
+    spark: SparkSession, url: str, queues: Sequence[str], prefix: str = "conveyor"
+) -> Activity:
+    """The events' part of the report on its own (`summarize(activity=...)` takes it). Once
+    no worker writes to the queues any more their events are final, so this can run while
+    the same session does other work: the pipeline reads the events during the archive."""
+    from pyspark.sql import functions as F
+
+    from . import register
+
+    register(spark)
+    events = _live(spark, url, queues, prefix, "conveyor_events")
+    timed = events.select(F.col("event").alias("kind"), F.unix_micros("at").alias("us"), "error")
+    return Activity(*_activity(timed))
+
+
 def summarize(
     spark: SparkSession,
     *,
@@ -282,8 +307,10 @@ def summarize(
     queues: Sequence[str],
     prefix: str = "conveyor",
     live_jobs: bool = True,
+    activity: Activity | None = None,
 ) -> dict[str, Any]:
-    """The report's numbers (what summary.json holds)."""
+    """The report's numbers (what summary.json holds). `activity`: the queues' events as
+    `event_activity` read them earlier (then they are not read again)."""
     from pyspark.sql import functions as F
 
     from . import register
@@ -291,7 +318,8 @@ def summarize(
     register(spark)
     archived = _archived(spark, archive_path)
     live = _live(spark, url, queues, prefix, "conveyor") if url and live_jobs else None
-    events = _live(spark, url, queues, prefix, "conveyor_events") if url else None
+    if activity is None and url and queues:
+        activity = event_activity(spark, url, queues, prefix)
     parts = [p for p in (archived, live) if p is not None]
     jobs = None
     if parts:
@@ -306,23 +334,23 @@ def summarize(
         "generated_at": datetime.now(UTC).isoformat(),
         "sources": {"archive": archive_path, "queues": list(queues)},
     }
-    timed = None
-    if events is not None:
-        timed = events.select(
-            F.col("event").alias("kind"), F.unix_micros("at").alias("us"), "error"
-        )
-    elif jobs is not None:  # no events: finish times and errors of the jobs, read twice
+    if activity is None and jobs is not None:
+        # no events: finish times and errors of the jobs, read twice
         jobs = jobs.cache()
         timed = jobs.select(
             F.col("state").alias("kind"), F.unix_micros("finished_at").alias("us"), "error"
         )
-    counts, throughput, errors = _activity(timed) if timed is not None else ({}, {}, [])
+        counts, throughput, errors = _activity(timed)
+    elif activity is not None:
+        counts, throughput, errors = activity.counts, activity.throughput, activity.errors
+    else:
+        counts, throughput, errors = {}, {}, []
     throughput = throughput or {"bucket_seconds": None, "series": []}
     if jobs is not None:
         stats = _job_stats(jobs, throughput["bucket_seconds"])
         started = stats.pop("started")
         summary |= stats
-    if events is not None:
+    if activity is not None:
         summary["events"] = counts
     summary["throughput"] = throughput
     summary["top_errors"] = errors
@@ -341,15 +369,17 @@ def report(
     queues: Sequence[str] = (),
     prefix: str = "conveyor",
     live_jobs: bool = True,
+    activity: Activity | None = None,
 ) -> ReportPaths:
     """Write `<out_dir>/report.html` and `<out_dir>/summary.json` (a local directory).
-    `live_jobs=False` reads only the events of the live queues, not their jobs."""
+    `live_jobs=False` reads only the events of the live queues, not their jobs; `activity`
+    is their events read earlier (`event_activity`)."""
     from .report_html import render
 
     started = time.monotonic()
     summary = summarize(
         spark, archive_path=archive_path, url=url, queues=queues, prefix=prefix,
-        live_jobs=live_jobs,
+        live_jobs=live_jobs, activity=activity,
     )  # fmt: skip
     summary["seconds"] = round(time.monotonic() - started, 3)
     out = Path(out_dir)
