@@ -28,6 +28,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -42,6 +43,7 @@ from bench.stats import percentile
 from bench.systems import EQUAL, ROOT, SPECS, subprocess_env
 
 POLL = 0.01
+GATE_WAIT = 30.0  # s the start gate waits for every worker process (bench/mark.py)
 WARM_JOBS = 20
 PAYLOAD_100 = "x" * 100
 WINDOW = (0.1, 0.9)  # the steady window: from 10% to 90% of the jobs
@@ -303,10 +305,13 @@ async def process(ctx: Ctx, procs: int) -> dict[str, Any]:
         raise RuntimeError("the backlog did not reach Redis")
     before = ctx.server_stats()
     samples: list[tuple[int, dict[str, Any]]] = []
+    gate = StartGate(ctx, procs) if procs > 1 else None
     spawned = time.time()
     try:
         for i in range(procs):
             ctx.spawn(f"w{i}")
+        if gate is not None:
+            gate.start()
         all_done = await asyncio.to_thread(ctx.wait_done, ctx.n, ctx.args.timeout, samples)
         after = ctx.server_stats()
         firsts = [float(v) for v in ctx.mr.hvals("bench:first")]
@@ -320,9 +325,40 @@ async def process(ctx: Ctx, procs: int) -> dict[str, Any]:
         "jobs_per_s_incl_startup": ctx.n / (all_done - spawned),
         "startup_s": first - spawned,
         "worker_processes_that_ran_jobs": len(firsts),
+        # the last process's first job after the first's, the first process's last before the last's
+        "start_spread_s": max(firsts) - first,
+        "end_spread_s": last - min(lasts),
+        **(gate.report() if gate is not None else {}),
         "concurrency": ctx.env["BENCH_CONCURRENCY"] or "default",
         **window_cost(samples, (before, after, ctx.n)),
     }
+
+
+class StartGate(threading.Thread):
+    """Opens bench/mark.py's start gate once `procs` worker processes wait at
+    it (or after GATE_WAIT s), so that they start the backlog together."""
+
+    def __init__(self, ctx: Ctx, procs: int) -> None:
+        super().__init__(name="bench-gate", daemon=True)
+        self.dir = Path(tempfile.mkdtemp(prefix="gate-", dir=ctx.logdir))
+        self.procs = procs
+        self.waited: float | None = None
+        self.ready = 0
+        ctx.env["BENCH_GATE"] = str(self.dir)
+
+    def run(self) -> None:
+        started = time.monotonic()
+        deadline = started + GATE_WAIT
+        while time.monotonic() < deadline:
+            self.ready = sum(1 for p in self.dir.iterdir() if p.name.startswith("ready-"))
+            if self.ready >= self.procs:
+                break
+            time.sleep(0.001)
+        self.waited = time.monotonic() - started
+        (self.dir / "go").touch()
+
+    def report(self) -> dict[str, Any]:
+        return {"gate_processes_ready": self.ready, "gate_opened_after_s": self.waited}
 
 
 class CompletionWatcher(threading.Thread):

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import mark  # noqa: E402
 from bench.__main__ import main  # noqa: E402
 from bench.report import best_peer_ratios  # noqa: E402
 from bench.systems import ENQUEUE_SINGLE, SCENARIOS, applies, plan  # noqa: E402
@@ -73,6 +74,10 @@ def test_bench_runs_on_a_tiny_n(tmp_path: Path, redis_binary: str) -> None:
     for scenario in ("enqueue_single", "enqueue_bulk", "process_1proc", "process_1proc_c100"):
         positive("conveyor", scenario, "redis_cpu_us_per_job")
         positive("conveyor", scenario, "redis_commands_per_job")
+    for scenario in ("process_2proc", "process_2proc_c100"):  # both start at the gate
+        run = records[("conveyor", scenario)]["runs"][0]
+        assert run["gate_processes_ready"] == 2, run
+        assert run["worker_processes_that_ran_jobs"] == 2, run
     defaults = records[("conveyor", "process_1proc")]["runs"][0]
     assert defaults["concurrency"] == "default"
     assert records[("conveyor", "process_1proc_c100")]["runs"][0]["concurrency"] == "100"
@@ -98,6 +103,31 @@ def test_bench_runs_on_a_tiny_n(tmp_path: Path, redis_binary: str) -> None:
     }  # fmt: skip
     assert (out / "latest.md").read_text().startswith("# Benchmark results")
     assert (out / "latest.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_a_job_waits_at_the_start_gate_until_the_harness_opens_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mark, "GATE", str(tmp_path))
+    monkeypatch.setattr(mark, "_gate_open", False)
+    monkeypatch.setattr(mark, "_pending", mark.collections.deque())
+    monkeypatch.setattr(mark, "_owner_pid", -1)  # no flusher thread: nothing to flush to
+    monkeypatch.setattr(mark, "_start", lambda: None)
+    passed = threading.Event()
+    job = threading.Thread(target=lambda: (mark.mark(), passed.set()), daemon=True)
+    job.start()
+    ready = tmp_path / f"ready-{mark.os.getpid()}"
+    deadline = time.monotonic() + 5
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert ready.exists()
+    time.sleep(0.05)
+    assert not passed.is_set() and not mark._pending  # held at the gate, not yet started
+    (tmp_path / "go").touch()
+    assert passed.wait(5)
+    assert len(mark._pending) == 1
+    mark.mark()  # the gate is open for the process's later jobs
+    assert len(mark._pending) == 2
 
 
 def test_the_single_enqueue_scenarios_run_as_one_shuffled_block_with_their_own_reps() -> None:
