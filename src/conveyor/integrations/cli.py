@@ -1,215 +1,41 @@
-"""The `conveyor` command line: run workers, inspect queues, run Redis."""
+"""The `conveyor` command line: run workers, inspect queues, run Redis.
+
+The worker command is in cli_worker.py, the operator's in cli_ops.py, the shared
+options in cli_options.py; the names they held here are re-exported."""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
-import logging
-import os
 import signal
-import sys
-from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
 import click
 
-from conveyor.client.connection import URL_VARIABLES
 from conveyor.client.flows import FlowNode
 from conveyor.client.sync import Queue
-from conveyor.client.tasks import Tasks
 from conveyor.errors import ConveyorError
-from conveyor.hooks import Hook
 from conveyor.integrations import logs
 from conveyor.integrations.cli_observe import log_command
 from conveyor.integrations.cli_ops import COMMANDS as OPERATOR_COMMANDS
 from conveyor.integrations.cli_ops import require_queue
+from conveyor.integrations.cli_options import redis_url as redis_url
+from conveyor.integrations.cli_options import url_option as url_option
+from conveyor.integrations.cli_worker import ASYNC_CONCURRENCY as ASYNC_CONCURRENCY
+from conveyor.integrations.cli_worker import CONCURRENCY as CONCURRENCY
+from conveyor.integrations.cli_worker import SYNC_CONCURRENCY as SYNC_CONCURRENCY
+from conveyor.integrations.cli_worker import Concurrency as Concurrency
+from conveyor.integrations.cli_worker import default_concurrency as default_concurrency
+from conveyor.integrations.cli_worker import execution_options as execution_options
+from conveyor.integrations.cli_worker import execution_settings as execution_settings
+from conveyor.integrations.cli_worker import load_tasks as load_tasks
+from conveyor.integrations.cli_worker import metrics_endpoint as metrics_endpoint
+from conveyor.integrations.cli_worker import parse_queues as parse_queues
+from conveyor.integrations.cli_worker import tasks_of_queues as tasks_of_queues
+from conveyor.integrations.cli_worker import worker
 from conveyor.integrations.embedded import EmbeddedRedis
 from conveyor.integrations.progress import ProgressBar, follow
-from conveyor.worker.runtime import Worker, WorkerSettings
-
-url_option = click.option(
-    "--url", envvar=list(URL_VARIABLES), help="Redis URL (default: the embedded server)."
-)
-
-
-def load_tasks(target: str) -> Tasks:
-    """Import `module:attribute` (from the current directory too)."""
-    module_name, _, attribute = target.partition(":")
-    if not module_name or not attribute:
-        raise click.BadParameter("expected module:attribute, e.g. app:tasks")
-    sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        if not _is_missing(exc, module_name):
-            raise  # an import inside the user's module failed: its traceback says where
-        raise click.BadParameter(
-            f"no module {module_name!r} (looked in {os.getcwd()} and on sys.path)"
-        ) from exc
-    try:
-        found: Any = getattr(module, attribute)
-    except AttributeError as exc:
-        raise click.BadParameter(f"module {module_name!r} has no {attribute!r}") from exc
-    if not isinstance(found, Tasks):
-        raise click.BadParameter(f"{target} is a {type(found).__name__}, not conveyor Tasks")
-    return found
-
-
-def parse_queues(spec: str) -> tuple[list[str], tuple[int, ...]]:
-    """`high,default,low` (strict order) or `high:5,default:3,low:1` (weights):
-    the queue names and their weights (none for strict order)."""
-    names: list[str] = []
-    weights: list[int] = []
-    for item in spec.split(","):
-        name, colon, weight = item.strip().partition(":")
-        if not name:
-            raise click.BadParameter(f"an empty queue name in {spec!r}", param_hint="--queues")
-        if colon:
-            if not weight.isdigit() or int(weight) < 1:
-                raise click.BadParameter(
-                    f"queue {name!r}: the weight must be a whole number >= 1, not {weight!r}",
-                    param_hint="--queues",
-                )
-            weights.append(int(weight))
-        names.append(name)
-    if weights and len(weights) != len(names):
-        raise click.BadParameter(
-            f"give every queue a weight (high:5,default:3,low:1) or none (strict order): {spec!r}",
-            param_hint="--queues",
-        )
-    if len(set(names)) != len(names):
-        raise click.BadParameter(f"a queue is named twice in {spec!r}", param_hint="--queues")
-    return names, tuple(weights)
-
-
-def tasks_of_queues(target: str, tasks: Tasks, names: list[str]) -> list[Tasks]:
-    """The Tasks of each named queue: TARGET's own, or another Tasks object
-    of TARGET's module (a task runs only on the queue it is registered on)."""
-    module = sys.modules[target.partition(":")[0]]
-    found: dict[str, Tasks] = {}
-    for value in [tasks, *vars(module).values()]:
-        if isinstance(value, Tasks):
-            found.setdefault(value.queue_name, value)
-    missing = [n for n in names if n not in found]
-    if missing:
-        raise click.BadParameter(
-            f"no Tasks for queue(s) {missing} in module {module.__name__!r} (it has Tasks for "
-            f"{sorted(found)}): define e.g. `low = Tasks({missing[0]!r})` there",
-            param_hint="--queues",
-        )
-    return [found[n] for n in names]
-
-
-def _is_missing(exc: ImportError, module_name: str) -> bool:
-    """True when the module named on the command line (or a package above
-    it) does not exist, not when something it imports fails."""
-    parts = module_name.split(".")
-    return exc.name in {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
-
-
-def redis_url(url: str | None, stack: ExitStack) -> str:
-    """The given URL, else the embedded server: reused, or started and left
-    running (`conveyor redis` owns its lifetime, not a worker)."""
-    if url:
-        return url
-    embedded = stack.enter_context(EmbeddedRedis(keep_running=True))
-    if embedded.owned:
-        click.echo(
-            f"started the embedded Redis at {embedded.url}; it keeps running for other "
-            "workers and producers (`conveyor redis --stop` stops it)",
-            err=True,
-        )
-    else:
-        click.echo(f"using the embedded Redis at {embedded.url}", err=True)
-    return embedded.url
-
-
-class Concurrency(click.ParamType):  # type: ignore[type-arg]  # generic in click 8.2+ only
-    name = "N|auto"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if value == "auto" or isinstance(value, int):
-            return value
-        try:
-            number = int(value)
-        except ValueError:
-            self.fail(f"{value!r} is neither a number nor 'auto'", param, ctx)
-        if number < 1:
-            self.fail(f"{value!r} is not at least 1", param, ctx)
-        return number
-
-
-CONCURRENCY = Concurrency()
-
-
-def execution_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """The worker's process execution options (README, "Execution")."""
-    options = [
-        click.option(
-            "--min",
-            "min_concurrency",
-            type=click.IntRange(min=1),
-            default=1,
-            help="With --concurrency auto: the fewest jobs at once.",
-        ),
-        click.option(
-            "--max",
-            "max_concurrency",
-            type=click.IntRange(min=1),
-            help="With --concurrency auto: the most [4 per CPU].",
-        ),
-        click.option(
-            "--executor",
-            type=click.Choice(["thread", "process"]),
-            default="thread",
-            show_default=True,
-            help="Where sync handlers without an executor of their own run.",
-        ),
-        click.option("--processes", type=click.IntRange(min=1), help="Child processes [CPUs]."),
-        click.option(
-            "--max-tasks-per-child",
-            type=click.IntRange(min=1),
-            help="Recycle a child after N jobs.",
-        ),
-        click.option(
-            "--max-memory-per-child",
-            type=click.IntRange(min=1),
-            help="MiB: recycle a child after a job took its peak RSS past it.",
-        ),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
-
-
-# Async handlers share one event loop and mostly wait on I/O: 100 at once costs a
-# worker little and keeps Redis busy (at 10, about half the throughput on loopback and a
-# sixth across a 1 ms network: bench/README.md). A sync handler takes a thread (or a
-# process) for its whole run, so its default stays at 10.
-ASYNC_CONCURRENCY, SYNC_CONCURRENCY = 100, 10
-
-
-def default_concurrency(tasks: Tasks) -> int:
-    """100 when every handler runs on the worker's loop, else 10."""
-    on_loop = all(
-        task.is_async and task.executor is None and task.batch_size is None
-        for task in tasks.handlers.values()
-    )
-    return ASYNC_CONCURRENCY if on_loop and tasks.handlers else SYNC_CONCURRENCY
-
-
-def execution_settings(concurrency: int | str, options: dict[str, Any]) -> dict[str, Any]:
-    """WorkerSettings' fields from the concurrency and execution options."""
-    memory = options.pop("max_memory_per_child", None)
-    auto = concurrency == "auto"
-    return {
-        **options,
-        "concurrency": 10 if auto else concurrency,
-        "auto_concurrency": auto,
-        "max_memory_per_child": None if memory is None else memory << 20,
-    }
 
 
 class ConveyorGroup(click.Group):
@@ -243,119 +69,6 @@ def main(verbose: int, log_level: str | None, log_format: str) -> None:
     The logging options may also follow the subcommand."""
     level = log_level or ["warning", "info", "debug"][min(verbose, 2)]
     logs.configure(level, log_format)
-
-
-@main.command()
-@click.argument("target")
-@url_option
-@click.option(
-    "-c",
-    "--concurrency",
-    type=CONCURRENCY,
-    default=None,
-    help="Jobs at once, or 'auto': follow the CPU between --min and --max. "
-    "[default: 100 when every task is async (they wait on I/O on one loop), "
-    "else 10 (sync handlers each take a thread or a process)]",
-)
-@click.option(
-    "--lease", type=click.FloatRange(min=0.2), default=30.0, show_default=True,
-    help="Lease length, seconds.",
-)  # fmt: skip
-@click.option(
-    "--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
-    help="SIGTERM grace, seconds.",
-)  # fmt: skip
-@click.option("--burst", is_flag=True, help="Drain the queue, then exit.")
-@click.option(
-    "--queues",
-    default=None,
-    help="Serve several queues: high,default,low (strict order: a queue only when those "
-    "before it have nothing to claim) or high:5,default:3,low:1 (weights: claims shared in "
-    "proportion). Each queue's Tasks object is found in TARGET's module.",
-)
-@click.option("--failures", is_flag=True, help="Run the failure handlers' jobs instead.")
-@click.option(
-    "--metrics-port",
-    type=int,
-    default=None,
-    help="Serve Prometheus metrics on this port (the prometheus extra).",
-)
-@click.option(
-    "--metrics-history/--no-metrics-history",
-    default=True,
-    show_default=True,
-    help="Keep the queue's metrics history in Redis.",
-)
-@execution_options
-def worker(
-    target: str,
-    url: str | None,
-    concurrency: int | str | None,
-    lease: float,
-    grace: float,
-    burst: bool,
-    queues: str | None,
-    failures: bool,
-    metrics_port: int | None,
-    metrics_history: bool,
-    **execution: Any,
-) -> None:
-    """Run a worker for the tasks at TARGET (module:attribute)."""
-    tasks = load_tasks(target)
-    served: list[Tasks] = [tasks]
-    weights: tuple[int, ...] = ()
-    if queues is not None:
-        names, weights = parse_queues(queues)
-        served = tasks_of_queues(target, tasks, names)
-    if concurrency is None:  # several queues: 100 only if every queue's handlers run on the loop
-        concurrency = min(default_concurrency(each) for each in served)
-    settings = WorkerSettings(
-        lease=lease,
-        grace=grace,
-        burst=burst,
-        failures=failures,
-        **execution_settings(concurrency, execution),
-        metrics=metrics_history,
-        weights=weights,
-    )
-    with ExitStack() as stack:
-        resolved = redis_url(url or next((t.url for t in served if t.url), None), stack)
-        hooks = []
-        if metrics_port is not None:
-            hooks.append(metrics_endpoint(metrics_port, served, resolved, failures, stack))
-        run = Worker(served, url=resolved, settings=settings, hooks=hooks)
-        for position, each in enumerate(served):
-            share = f" (weight {weights[position]})" if weights else ""
-            click.echo(
-                f"worker {run.id}: queue {each.queue_name!r}{share}, tasks {sorted(each.handlers)}"
-            )
-        run.run_sync()
-        click.echo(f"worker {run.id}: {run.processed} completed, {run.failed} failed")
-    # A sync handler still running past the grace period was given back to the
-    # queue; its thread cannot be cancelled, so end the process without joining it.
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-def metrics_endpoint(
-    port: int, served: list[Tasks], url: str, failures: bool, stack: ExitStack
-) -> Hook:
-    """Serve the worker's Prometheus metrics (and its queues') on `port`;
-    the hook that feeds them."""
-    try:
-        from conveyor.integrations.prometheus import worker_endpoint
-    except ImportError as exc:
-        raise click.UsageError(
-            f"--metrics-port needs prometheus-client: pip install 'conveyor[prometheus]' ({exc})"
-        ) from exc
-    clients = [
-        stack.enter_context(Queue(t.queue_name, url=url, settings=t.settings)) for t in served
-    ]
-    hook = worker_endpoint(port, [q.failure_lane() if failures else q for q in clients])
-    click.echo(f"Prometheus metrics on http://0.0.0.0:{port}/metrics", err=True)
-    return hook
 
 
 @main.command()
@@ -518,6 +231,7 @@ def redis(stop: bool) -> None:
         click.echo("stopped")
 
 
+main.add_command(worker)
 main.add_command(log_command)
 for command in OPERATOR_COMMANDS:
     main.add_command(command)

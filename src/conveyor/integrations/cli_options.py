@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -41,6 +41,23 @@ def resolved_url(url: str | None) -> Iterator[str]:
     with EmbeddedRedis() as embedded:
         click.echo(f"using the embedded Redis at {embedded.url}", err=True)
         yield embedded.url
+
+
+def redis_url(url: str | None, stack: ExitStack) -> str:
+    """The given URL, else the embedded server: reused, or started and left
+    running (`conveyor redis` owns its lifetime, not a worker)."""
+    if url:
+        return url
+    embedded = stack.enter_context(EmbeddedRedis(keep_running=True))
+    if embedded.owned:
+        click.echo(
+            f"started the embedded Redis at {embedded.url}; it keeps running for other "
+            "workers and producers (`conveyor redis --stop` stops it)",
+            err=True,
+        )
+    else:
+        click.echo(f"using the embedded Redis at {embedded.url}", err=True)
+    return embedded.url
 
 
 @contextmanager
