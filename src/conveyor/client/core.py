@@ -1,5 +1,6 @@
 """The I/O-free heart of both clients: validation, calls, decoding (the value types
-they take and return are in models.py).
+they take and return are in models.py, the keys and decoders of reading in
+core_views.py, a schedule's checks and decoding in scheduling.py).
 
 `Queue` and `AsyncQueue` hold a QueueCore and add only the line that talks
 to Redis, so the two can never drift apart.
@@ -10,22 +11,22 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from conveyor import metrics, serializers
-from conveyor.client import resp
+from conveyor import serializers
+from conveyor.client import resp, scheduling
+from conveyor.client.core_views import CoreViews
 from conveyor.client.models import (
-    SCHEDULE_OPTIONS,
     SKIP_OPTIONS,
     Enqueued,
     IfExists,
     JobRequest,
     QueueSettings,
     ScheduleInfo,
-    WorkerInfo,
 )
 from conveyor.client.replicas import ReplicaWait
+from conveyor.client.scheduling import check_schedule, schedule_window
 from conveyor.errors import (
     ConnectionLostError,
     EvictionPolicyError,
@@ -41,10 +42,9 @@ from conveyor.errors import (
 )
 from conveyor.hooks import Hooks
 from conveyor.hooks import call as call_hooks
-from conveyor.job import FINISHED_STATES, Job, JobState, job_from_hash
+from conveyor.job import JobState
 from conveyor.options import (
     SpecBuilder,
-    build_index,
     check_job_id,
     check_name,
     check_priority,
@@ -52,23 +52,9 @@ from conveyor.options import (
 from conveyor.protocol import ops, schedules
 from conveyor.protocol.keys import FAILURE_LANE, PROTOCOL_VERSION, QueueKeys
 from conveyor.protocol.scripts import SCRIPT_NAMES, Script, load_script
-from conveyor.timeutil import epoch_ms, from_ms, to_ms
-from conveyor.timing import check_cron, check_tz, next_tick, upcoming
+from conveyor.timing import check_cron, next_tick
 
 MIN_SERVER = (6, 2, 0)
-
-
-def _worker_info(raw: str | bytes) -> dict[str, Any]:
-    """A worker's self-description (protocol §8.1), read tolerantly: another
-    implementation may write JSON that is not an object, or no JSON at all."""
-    try:
-        info = serializers.loads(raw)
-    except ValueError:
-        info = None
-    if isinstance(info, dict):
-        return info
-    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-    return {"unreadable": text[:200]}
 
 
 # Pauses before re-sending enqueues whose reply was lost (then the error).
@@ -113,7 +99,7 @@ def _job_state(value: Any) -> JobState | None:
     return JobState(text) if text else None
 
 
-class QueueCore:
+class QueueCore(CoreViews):
     """Everything about one queue that needs no I/O."""
 
     def __init__(self, name: str, settings: QueueSettings, *, failures: bool = False) -> None:
@@ -304,22 +290,12 @@ class QueueCore:
         """Validate a schedule and build its call; the first tick is the next
         cron time (in `tz`), or one interval, after now and not before
         `start` (or after `after_ms`: a retry when that tick was taken)."""
-        check_job_id(schedule_id + "@" + "0" * 13)  # its tick jobs' ids must be valid
-        if (cron is None) == (every is None):
-            raise ValidationError("give exactly one of cron= or every=")
-        unknown = set(options) - SCHEDULE_OPTIONS
-        if unknown:
-            raise UnknownOptionError(f"options a schedule cannot take: {sorted(unknown)}")
-        every_ms = None
-        if every is not None:
-            every_ms = to_ms(every) if isinstance(every, timedelta) else round(every * 1000)
-            if isinstance(every, bool) or every_ms < 1:
-                raise ValidationError(f"every must be a positive number of seconds: {every!r}")
+        every_ms = check_schedule(schedule_id, cron, every, options)
         template = self.spec(task, data, options)
         now_ms = round(time.time() * 1000)
         if after_ms is not None:
             now_ms = after_ms
-        window = _schedule_window(tz, start, end, max_runs, cron)
+        window = schedule_window(tz, start, end, max_runs, cron)
         first = next_tick(
             cron=None if cron is None else check_cron(cron),
             every_ms=every_ms,
@@ -348,46 +324,7 @@ class QueueCore:
         self, schedule_id: str, raw: Mapping[Any, Any], *, count: int = 5
     ) -> ScheduleInfo:
         """A schedule read from its hash, with its next `count` fire times."""
-        f = {ops.text(k): ops.text(v) for k, v in raw.items()}
-        every = f.get("every")
-
-        def ms(name: str) -> int | None:
-            value = f.get(name)
-            return int(value) if value else None
-
-        cron, tz, limit, runs = f.get("cron") or None, f.get("tz") or None, ms("limit"), ms("runs")
-        pending = ms("next")
-        ticks = []
-        if pending is not None:
-            ticks = upcoming(
-                cron=cron,
-                every_ms=ms("every"),
-                tz=tz,
-                next_ms=pending,
-                end_ms=ms("end"),
-                runs_left=None if limit is None else limit - (runs or 0) + 1,
-                count=count,
-            )
-        return ScheduleInfo(
-            id=schedule_id,
-            task=f.get("task", ""),
-            data=serializers.loads(f["data"]) if f.get("data") else None,
-            cron=cron,
-            every=int(every) / 1000 if every else None,
-            next_run=from_ms(pending),
-            job_id=f.get("job"),
-            tz=tz,
-            start=from_ms(ms("start")),
-            end=from_ms(ms("end")),
-            max_runs=limit,
-            runs=runs or 0,
-            ended=from_ms(ms("ended")),
-            upcoming=tuple(t for t in (from_ms(x) for x in ticks) if t is not None),
-        )
-
-    def index_key(self, field: str, value: str | int) -> str:
-        ((name, text),) = build_index({field: value})
-        return self.keys.index(name, text)
+        return scheduling.schedule_info(schedule_id, raw, count=count)
 
     def control_call(self, what: str, job_id: str, priority: int | str | None = None) -> ops.Call:
         """promote / reprioritize / retry / remove one job (see their scripts)."""
@@ -426,111 +363,6 @@ class QueueCore:
     def await_call(self, job_id: str) -> ops.Call:
         return ops.await_job(self.keys, check_job_id(job_id))
 
-    # --- inspection ----------------------------------------------------------
-
-    def job_key(self, job_id: str) -> str:
-        return self.keys.job(check_job_id(job_id))
-
-    def job(self, job_id: str, raw: Mapping[Any, Any], now_ms: int) -> Job | None:
-        """The job of a record read at server time `now_ms`; None when there is
-        none, or when it is finished and past its result_ttl (docs/protocol.md
-        §4.4: a record awaiting its sweep reads as gone)."""
-        if not raw:
-            return None
-        job = job_from_hash(self.name, job_id, raw)
-        if job.retained_until is not None and job.retained_until <= datetime.fromtimestamp(
-            now_ms / 1000, UTC
-        ):
-            return None
-        return job
-
-    def twin(self, job_id: str, raw: Mapping[Any, Any]) -> Job | None:
-        """A blocked twin (docs/protocol.md §4.3) as a Job in state `blocked`."""
-        return job_from_hash(self.name, job_id, raw) if raw else None
-
-    def twin_key(self, job_id: str) -> str:
-        return self.keys.blocked_job(check_job_id(job_id))
-
-    def count_keys_at(self, groups: Sequence[Any], now_ms: int) -> list[tuple[str, str | None]]:
-        """What `counts_from` adds up: (key, None) to count a whole zset (each
-        group's waiting jobs, then each index), (key, lowest score excluded)
-        for finished jobs, counted only while retained (their index score is
-        the expiry: past it they read as gone)."""
-        keys: list[tuple[str, str | None]] = [
-            (self.keys.group_ready(ops.text(group)), None) for group in groups
-        ]
-        for state, key in self.count_keys():
-            keys.append((key, f"({now_ms}" if state in FINISHED_STATES else None))
-        keys.append((self.keys.base + "parked", None))  # waiting, parked on a key (§16.5)
-        return keys
-
-    def counts_from(self, groups: int, replies: Sequence[Any]) -> dict[JobState, int]:
-        """Jobs per state from the replies of `count_keys_at` for `groups` groups."""
-        in_groups = sum(int(n) for n in replies[:groups])
-        *indexes, parked = replies[groups:]
-        counts = {state: int(n) for (state, _), n in zip(self.count_keys(), indexes, strict=True)}
-        counts[JobState.WAITING] += in_groups + int(parked)
-        return counts
-
-    def id_index(
-        self, state: JobState | str, group: str | None, now_ms: int
-    ) -> tuple[str, str | None]:
-        """The index listing ids in `state`, and for finished ones the lowest
-        score excluded: they are listed only while retained."""
-        key = self.index_of(state, group)
-        return key, f"({now_ms}" if JobState(state) in FINISHED_STATES else None
-
-    def count_keys(self) -> list[tuple[JobState, str]]:
-        k = self.keys
-        return [
-            (JobState.WAITING, k.ready),
-            (JobState.DELAYED, k.scheduled),
-            (JobState.ACTIVE, k.active),
-            (JobState.COMPLETED, k.completed),
-            (JobState.FAILED, k.failed),
-            (JobState.BLOCKED, k.blocked),
-            (JobState.WAITING_CHILDREN, k.waiting_children),
-        ]
-
-    def index_of(self, state: JobState | str, group: str | None = None) -> str:
-        """The index key that lists the jobs in `state` (waiting jobs of a
-        group have their own)."""
-        indexes = dict(self.count_keys())
-        try:
-            key = indexes[JobState(state)]
-        except (KeyError, ValueError):
-            raise ValidationError(f"no index for state {state!r}") from None
-        if group is not None:
-            if JobState(state) is not JobState.WAITING:
-                raise ValidationError("only waiting jobs are indexed per group")
-            return self.keys.group_ready(check_name(group, "group key"))
-        return key
-
-    # --- metrics history and job logs (conveyor.metrics, docs/protocol.md §15) ----
-
-    def history_keys(self, time_reply: Any, minutes: int) -> tuple[int, list[int], list[str]]:
-        """Redis TIME's now in ms, and the hours (and their counts keys)
-        that the last `minutes` minutes cover."""
-        now_ms = int(time_reply[0]) * 1000 + int(time_reply[1]) // 1000
-        hours = metrics.hours_covering(now_ms, minutes)
-        return now_ms, hours, [self.keys.metrics(h) for h in hours]
-
-    def history(
-        self, now_ms: int, minutes: int, hours: list[int], raws: list[Any]
-    ) -> list[metrics.MinuteCounts]:
-        return metrics.minute_counts(now_ms, minutes, dict(zip(hours, raws, strict=True)))
-
-    def timings_keys(self, time_reply: Any, hours: int) -> list[str]:
-        now_ms = int(time_reply[0]) * 1000 + int(time_reply[1]) // 1000
-        return [self.keys.timings(h) for h in metrics.hours_covering(now_ms, hours * 60)]
-
-    def totals(self, raw: Mapping[Any, Any]) -> dict[str, int]:
-        found = {ops.text(k): int(ops.text(v)) for k, v in raw.items()}
-        return {name: found.get(name, 0) for name in metrics.TOTALS}
-
-    def log_key(self, job_id: str) -> str:
-        return self.keys.job_log(check_job_id(job_id))
-
     # --- limits and groups ---------------------------------------------------
 
     def limits_call(
@@ -563,13 +395,6 @@ class QueueCore:
             window_ms=None if rate is None else round(per * 1000),
             max_waiting=max_waiting,
         )
-
-    def workers(self, ids: Sequence[Any], infos: Sequence[Any]) -> list[WorkerInfo]:
-        alive = []
-        for worker_id, info in zip(ids, infos, strict=True):
-            if info is not None:
-                alive.append(WorkerInfo(ops.text(worker_id), _worker_info(info)))
-        return alive
 
     # --- waiting for an outcome ------------------------------------------------
 
@@ -609,35 +434,6 @@ class QueueCore:
                 f"queue {self.name!r} uses protocol version {found}; "
                 f"this Conveyor speaks {PROTOCOL_VERSION}"
             )
-
-
-def _schedule_window(
-    tz: str | None,
-    start: datetime | float | None,
-    end: datetime | float | None,
-    max_runs: int | None,
-    cron: str | None,
-) -> tuple[str | None, int | None, int | None]:
-    """A schedule's time zone, start and end (ms), validated (§16.6)."""
-    if tz is not None:
-        check_tz(tz)
-        if cron is None:
-            raise ValidationError("tz applies to cron= only")
-    if max_runs is not None and (
-        isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1
-    ):
-        raise ValidationError(f"max_runs must be an integer >= 1, got {max_runs!r}")
-    start_ms = None if start is None else _moment_ms(start, "start")
-    end_ms = None if end is None else _moment_ms(end, "end")
-    if start_ms is not None and end_ms is not None and end_ms < start_ms:
-        raise ValidationError("end is before start")
-    return tz, start_ms, end_ms
-
-
-def _moment_ms(value: datetime | float, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, datetime | int | float):
-        raise ValidationError(f"{what} must be an aware datetime or epoch seconds: {value!r}")
-    return epoch_ms(value)
 
 
 def _refusing(results: list[Enqueued]) -> list[Enqueued]:

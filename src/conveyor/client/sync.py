@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Iterable
 from typing import Any, Unpack
 
 import redis
@@ -20,35 +18,15 @@ from conveyor.client.connection import (
     wire_endpoint,
 )
 from conveyor.client.core import RESEND_DELAYS, QueueCore, carry_doubt
-from conveyor.client.flows import (
-    ChildrenCounts,
-    ChildrenResults,
-    FlowEnqueued,
-    FlowJob,
-    FlowNode,
-    FlowPlan,
-    children_keys,
-    children_results,
-    counts_of,
-    node_of,
-)
-from conveyor.client.models import (
-    Enqueued,
-    EnqueueOptions,
-    IfExists,
-    JobRequest,
-    QueueSettings,
-    ScheduleInfo,
-)
-from conveyor.client.pipelines import PIPELINE_TASK, StepGroup, pipeline_data
+from conveyor.client.models import Enqueued, EnqueueOptions, IfExists, JobRequest, QueueSettings
+from conveyor.client.sync_admin import QueueAdmin
+from conveyor.client.sync_flows import QueueFlows
 from conveyor.client.sync_views import QueueViews
 from conveyor.client.transport import SyncRunner, sync_client, translated
 from conveyor.client.waits import SyncWaits
 from conveyor.client.wire import SyncWire
-from conveyor.errors import ConnectionLostError, ConveyorError, WaitTimeoutError
-from conveyor.options import check_job_id
-from conveyor.protocol import ops, schedules
-from conveyor.protocol.flows import reference, split_reference
+from conveyor.errors import ConnectionLostError, WaitTimeoutError
+from conveyor.protocol import ops
 from conveyor.protocol.keys import PROTOCOL_VERSION, queue_registry
 
 log = logging.getLogger("conveyor")
@@ -63,7 +41,7 @@ def connect(
     return sync_client(resolved, needs_route(resolved, route), max_connections=max_connections)
 
 
-class Queue(QueueViews):
+class Queue(QueueFlows, QueueAdmin, QueueViews):
     """Enqueue and inspect the jobs of one queue, synchronously.
 
     >>> queue = Queue("emails", url="redis://127.0.0.1:6379/0")
@@ -147,6 +125,21 @@ class Queue(QueueViews):
     def failure_lane(self) -> Queue:
         """The queue of this queue's failure-handler jobs (same connection)."""
         return Queue(self.name, client=self.client, settings=self.core.settings, failures=True)
+
+    def peer(self, name: str) -> Queue:
+        """Queue `name` with this queue's settings, on the same server (on a
+        cluster: connected to its own slot's master; a queue made with
+        `client=` shares that client, which a cluster cannot do); this queue
+        for its own name."""
+        if name == self.name:
+            return self
+        if name not in self._peers:
+            if self._owns_client:
+                peer = Queue(name, url=self._url, settings=self.core.settings)
+            else:
+                peer = Queue(name, client=self.client, settings=self.core.settings)
+            self._peers[name] = peer
+        return self._peers[name]
 
     # --- server checks ---------------------------------------------------------
 
@@ -270,114 +263,6 @@ class Queue(QueueViews):
         cannot be aborted) or 'missing' (no such job)."""
         return ops.text(self._runner.run(self.core.abort_call(job_id)))
 
-    def schedule(
-        self,
-        schedule_id: str,
-        task: str,
-        data: Any = None,
-        *,
-        cron: str | None = None,
-        every: float | timedelta | None = None,
-        tz: str | None = None,
-        start: datetime | float | None = None,
-        end: datetime | float | None = None,
-        max_runs: int | None = None,
-        **options: Any,
-    ) -> str:
-        """Create or replace a repeatable job: a `cron` expression (5 fields,
-        or 6 with seconds first) read in time zone `tz` (UTC by default), or a
-        fixed interval `every` seconds; no tick before `start`, none after
-        `end`, at most `max_runs` in all. Exactly one job runs per tick,
-        however many workers run; returns the pending job's id. `options`:
-        priority, max_failures, max_stalls, min_backoff, max_backoff, timeout,
-        result_ttl, group."""
-        self.check()
-        after = None
-        for _ in range(10):  # a tick already run early is skipped for the next one
-            call = self.core.schedule_call(
-                schedule_id, task, data, cron=cron, every=every, options=options,
-                after_ms=after, tz=tz, start=start, end=end, max_runs=max_runs,
-            )  # fmt: skip
-            job_id = ops.text((self._runner.run(call))[0])
-            if job_id:
-                return job_id
-            after = int(call.args[2])
-        raise ConveyorError(f"schedule {schedule_id!r}: no free tick in ten tries")
-
-    def schedules(self) -> list[ScheduleInfo]:
-        """Every schedule of the queue, soonest tick first."""
-        keys = self.core.keys
-        with translated():
-            ids = [ops.text(i) for i in self.client.zrange(keys.schedules, 0, -1)]
-            pipe = self.client.pipeline(transaction=False)
-            for schedule_id in ids:
-                pipe.hgetall(keys.schedule(schedule_id))
-            raws = pipe.execute() if ids else []
-        return [self.core.schedule_info(i, raw) for i, raw in zip(ids, raws, strict=True) if raw]
-
-    def next_runs(self, schedule_id: str, *, count: int = 5) -> list[datetime]:
-        """A schedule's next `count` fire times, from its pending tick (within
-        its end and its runs left); empty when it ended or does not exist."""
-        with translated():
-            raw = self.client.hgetall(self.core.keys.schedule(schedule_id))
-        if not raw:
-            return []
-        return list(self.core.schedule_info(schedule_id, raw, count=count).upcoming)
-
-    def unschedule(self, schedule_id: str) -> bool:
-        """Remove a schedule and its pending job (if not started); True if it existed."""
-        call = schedules.unschedule(self.core.keys, schedule_id)
-        return int(self._runner.run(call)) == 1
-
-    def set_limits(
-        self, *, concurrency: int | None = None, rate: int | None = None, per: float = 1.0
-    ) -> None:
-        """Queue-wide limits, enforced at claim time by every worker: at most
-        `concurrency` jobs running at once, at most `rate` jobs started per
-        `per` seconds. None removes a limit."""
-        call = self.core.limits_call("queue", concurrency=concurrency, rate=rate, per=per)
-        self._runner.run(call)
-
-    def set_group_limits(
-        self,
-        group: str | None = None,
-        *,
-        concurrency: int | None = None,
-        rate: int | None = None,
-        per: float = 1.0,
-        max_waiting: int | None = None,
-    ) -> None:
-        """Limits of one group (a tenant, a user), or with `group=None` the
-        defaults of every group that has none of its own. `max_waiting`: a
-        new job of the group is refused (GroupFullError) while this many of
-        its jobs wait."""
-        call = self.core.limits_call(
-            "group", group=group or "", concurrency=concurrency, rate=rate, per=per,
-            max_waiting=max_waiting,
-        )  # fmt: skip
-        self._runner.run(call)
-
-    def set_key_limits(
-        self,
-        key: str,
-        *,
-        concurrency: int | None = None,
-        rate: int | None = None,
-        per: float = 1.0,
-    ) -> None:
-        """Limits of a concurrency key (jobs name theirs with
-        `concurrency_keys=`): at most `concurrency` of its jobs running, at
-        most `rate` started per `per` seconds; changeable at any time."""
-        call = self.core.limits_call("key", group=key, concurrency=concurrency, rate=rate, per=per)
-        self._runner.run(call)
-
-    def pause_group(self, group: str) -> None:
-        """Stop claims of one group's jobs; its jobs stay queued."""
-        self._runner.run(self.core.limits_call("pause_group", group=group))
-
-    def resume_group(self, group: str) -> None:
-        self._runner.run(self.core.limits_call("resume_group", group=group))
-
     def promote(self, job_id: str) -> bool:
         """Run a delayed job now; False if it was not delayed."""
         return int(self._runner.run(self.core.control_call("promote", job_id))) == 1
@@ -414,104 +299,6 @@ class Queue(QueueViews):
         with translated():
             self.client.hdel(self.core.keys.meta, "paused")
             self.client.zadd(self.core.keys.marker, {"0": 0})
-
-    # --- flows -------------------------------------------------------------------
-
-    def peer(self, name: str) -> Queue:
-        """Queue `name` with this queue's settings, on the same server (on a
-        cluster: connected to its own slot's master; a queue made with
-        `client=` shares that client, which a cluster cannot do); this queue
-        for its own name."""
-        if name == self.name:
-            return self
-        if name not in self._peers:
-            if self._owns_client:
-                peer = Queue(name, url=self._url, settings=self.core.settings)
-            else:
-                peer = Queue(name, client=self.client, settings=self.core.settings)
-            self._peers[name] = peer
-        return self._peers[name]
-
-    def enqueue_flow(self, flow: FlowJob, *, chunk_size: int = 500) -> FlowEnqueued:
-        """Enqueue a tree of jobs: each parent waits in waiting_children until
-        its children settled, then runs with their results. Nodes are written
-        top-down, parents first; sending the same tree again (same ids)
-        changes nothing that exists. Every node is validated first."""
-        core = self.core
-        plan = FlowPlan(
-            [flow], queue=self.name, prefix=core.keys.prefix, specs=core.specs,
-            events_maxlen=core.settings.events_maxlen, chunk_size=chunk_size,
-        )  # fmt: skip
-        return self.send_plan(plan)[0]
-
-    def send_plan(self, plan: FlowPlan) -> list[FlowEnqueued]:
-        """Write a FlowPlan's calls in order, each on its own queue's slot."""
-        replies = []
-        for flow_call in plan.calls:
-            queue = self.peer(flow_call.queue)
-            queue.check()
-            replies.append(queue._send_enqueues([flow_call.call])[0])
-        return plan.result(replies)
-
-    def enqueue_pipeline(
-        self,
-        steps: Sequence[StepGroup],
-        data: Any = None,
-        *,
-        state: Mapping[str, Any] | None = None,
-        **options: Unpack[EnqueueOptions],
-    ) -> Enqueued:
-        """Enqueue a pipeline (client/pipelines.py): its steps run one after
-        the other, each in its own queue, a list of steps as a fan-out; each
-        step's job gets the result of the step before as its data (the first:
-        `data`), or with `state`, the shared state mapping, updated by every
-        step's result mapping. Its driver job runs in this queue: its result is
-        the last step's result (a fan-out's: a mapping by step name), or the
-        final state."""
-        spec = pipeline_data(steps, data, state, self.core.specs)
-        return self.enqueue(PIPELINE_TASK, spec, **options)
-
-    def children_results(self, job_id: str) -> ChildrenResults:
-        """What the children of parent `job_id` left it (see ChildrenResults)."""
-        keys = children_keys(self.core.keys, check_job_id(job_id))
-        with translated():
-            pipe = self.client.pipeline(transaction=False)
-            for key in keys:
-                pipe.hgetall(key)
-            return children_results(*pipe.execute())
-
-    def children_counts(self, job_id: str) -> ChildrenCounts:
-        """Children of parent `job_id`: all, pending, completed, ignored, failed."""
-        return self._counts([job_id])[0]
-
-    def _counts(self, job_ids: list[str]) -> list[ChildrenCounts]:
-        with translated():
-            pipe = self.client.pipeline(transaction=False)
-            keys = self.core.keys
-            for job_id in map(check_job_id, job_ids):
-                pipe.zcard(keys.children(job_id))
-                pipe.scard(keys.pending(job_id))
-                for key in children_keys(keys, job_id):
-                    pipe.hlen(key)
-            replies = pipe.execute() if job_ids else []
-        return [counts_of(replies[i : i + 5]) for i in range(0, len(replies), 5)]
-
-    def flow(self, job_id: str, *, offset: int = 0, limit: int = 100) -> FlowNode:
-        """Node `job_id` of a flow with one page of its children (in the order
-        added), each with its state, result, error and child counts; page on
-        with `offset`, go down with the child's own queue's flow()."""
-        with translated():
-            raw = self.client.hgetall(self.core.job_key(job_id))
-            refs = self.client.zrange(self.core.keys.children(job_id), offset, offset + limit - 1)
-        children = []
-        for ref in (ops.text(r) for r in refs):
-            queue_name, child_id = split_reference(ref)
-            peer = self.peer(queue_name)
-            with translated():
-                child_raw = peer.client.hgetall(peer.core.job_key(child_id))
-            children.append(node_of(ref, child_raw, peer._counts([child_id])[0]))
-        node = node_of(reference(self.name, job_id), raw, self._counts([job_id])[0])
-        return dataclasses.replace(node, children=tuple(children))
 
     def _done_element(self, job_id: str) -> Any:
         """The element of done:<id>, if any (LINDEX: it stays for every waiter)."""
