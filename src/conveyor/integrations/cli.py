@@ -177,9 +177,6 @@ def abort(queue: str, job_id: str, url: str | None) -> None:
         raise SystemExit(1)
 
 
-PASS_ON = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
-
-
 def _priority(given: str | None) -> int | str | None:
     """A number (negative ones too, for the client's own range check) or a name."""
     if given is None:
