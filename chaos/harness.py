@@ -186,6 +186,8 @@ class WorkerPool:
         if sig == signal.SIGKILL:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.popen.wait(5)
+                # reaped: no run of it outlasts this entry (races.run_spans)
+                self.scene.ledger.record("dead", f"worker-{index}", 0, "SIGKILL", pid=proc.pid)
         return proc.pid
 
     def respawn_dead(self) -> int:

@@ -127,27 +127,55 @@ def _wait_parties(barrier: Any, parties: int, timeout: float) -> bool:
     return False
 
 
-def overlaps(starts: Sequence[Entry], finishes: Sequence[Entry], kills: Sequence[Entry]) -> int:
-    """How many runs of one job began while an earlier run of it was still going. A run ends
-    at its finish entry (same process and attempt), or at the kill of its process; a run with
-    neither still runs (at the end of time)."""
-    ends: list[tuple[float, float]] = []
+@dataclass(frozen=True)
+class Span:
+    """One run of a job as the ledger shows it: from its start to its finish, or to the end of
+    its process (inf: neither seen)."""
+
+    pid: int
+    attempt: int
+    begin: float
+    end: float
+
+
+def run_spans(
+    starts: Sequence[Entry], finishes: Sequence[Entry], kills: Sequence[Entry]
+) -> list[Span]:
+    """Each start paired with the first unused finish of the same process and attempt after it.
+    A run without a finish ends at the first `kill` or `dead` entry of its process at or after
+    its start. The harness writes `kill` before it signals and `dead` once the process is
+    reaped: a start between the two (the victim claimed a job in that instant) ends at `dead`."""
+    spans: list[Span] = []
     used: set[int] = set()
+    ordered = sorted(enumerate(finishes), key=lambda pair: pair[1].mono)
     for st in sorted(starts, key=lambda e: e.mono):
         end = float("inf")
-        for i, fin in sorted(enumerate(finishes), key=lambda pair: pair[1].mono):
+        for i, fin in ordered:
             mine = fin.pid == st.pid and fin.attempt == st.attempt and fin.mono >= st.mono
             if i not in used and mine:
                 used.add(i)
                 end = fin.mono
                 break
         else:
-            killed = [k.mono for k in kills if k.pid == st.pid and k.mono >= st.mono]
-            if killed:
-                end = min(killed)
-        ends.append((st.mono, end))
-    clashes = 0
-    for n, (begin, _) in enumerate(ends):
-        if any(prev_begin <= begin < prev_end for prev_begin, prev_end in ends[:n]):
-            clashes += 1
-    return clashes
+            ends = [k.mono for k in kills if k.pid == st.pid and k.mono >= st.mono]
+            if ends:
+                end = min(ends)
+        spans.append(Span(st.pid, st.attempt, st.mono, end))
+    return spans
+
+
+def clashing(spans: Sequence[Span]) -> list[tuple[Span, Span]]:
+    """Each run that began while an earlier run was still going, with that earlier run."""
+    found: list[tuple[Span, Span]] = []
+    for n, span in enumerate(spans):
+        for prev in spans[:n]:
+            if prev.begin <= span.begin < prev.end:
+                found.append((prev, span))
+                break
+    return found
+
+
+def overlaps(starts: Sequence[Entry], finishes: Sequence[Entry], kills: Sequence[Entry]) -> int:
+    """How many runs of one job began while an earlier run of it was still going (`run_spans`
+    says when each run ended)."""
+    return len(clashing(run_spans(starts, finishes, kills)))

@@ -20,7 +20,7 @@ from chaos import ledger
 from chaos.checker import Result, events, tally
 from chaos.harness import ROOT, Enqueue, Scene, WorkerPool, admin, drained, settings, wait_until
 from chaos.proxy import FaultProxy
-from chaos.races import overlaps, race
+from chaos.races import clashing, race, run_spans
 from chaos.scenarios import scenario
 from conveyor import JobRequest, Queue
 from conveyor.errors import ConveyorError
@@ -575,8 +575,9 @@ def upsert_storm(scene: Scene, *, producers: int, ids: int, rounds: int, lease: 
     r.kills = 1 if victim is not None else 0
     got = result[0] if result else None
     outcomes = Counter(got.outcomes if got else [])
-    kills = [e for e in entries if e.kind == "kill"]
-    clashes = {j: overlaps(t.starts.get(j, []), t.finishes.get(j, []), kills) for j in names}
+    ends = [e for e in entries if e.kind in ("kill", "dead")]
+    spans = {j: run_spans(t.starts.get(j, []), t.finishes.get(j, []), ends) for j in names}
+    clashes = {j: len(clashing(spans[j])) for j in names}
     # when the last call that asked for a run (created, updated or blocked; "exists" is the
     # finished record answering) was sent: a run must start after it
     asked = [e for e in entries if e.kind == "enq" and e.extra.split(" ")[0] != "exists"]
@@ -596,7 +597,11 @@ def upsert_storm(scene: Scene, *, producers: int, ids: int, rounds: int, lease: 
         and not any(o.startswith("error") for o in outcomes),
         dict(outcomes),
     )
-    r.check("the runs of each id never overlapped", not any(clashes.values()), clashes)
+    r.check(
+        "the runs of each id never overlapped",
+        not any(clashes.values()),
+        {j: clashing(spans[j]) for j in names if clashes[j]} or clashes,
+    )
     r.check(
         "every id ran again after its last acknowledged enqueue (no upsert or twin dropped)",
         not unserved,

@@ -315,7 +315,7 @@ def same_id(
     entries = list(ledger.read(scene.ledger_path))
     t = tally(entries, client, queue, ids=[*ids, "busy"])
     r.absorb(t)
-    kills = [e for e in entries if e.kind == "kill"]
+    kills = [e for e in entries if e.kind in ("kill", "dead")]
     for job_id in [*ids, "busy"]:
         runs = t.starts.get(job_id, [])
         clash = overlaps(runs, t.finishes.get(job_id, []), kills)

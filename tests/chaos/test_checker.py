@@ -1,12 +1,14 @@
 """The checker's excuse for two accepted completions: only a second run the ledger shows
 after the first one ended (a blocked twin) is excused; overlapping runs are a fencing failure
-even for an id that was enqueued again while it ran (issue 15)."""
+even for an id that was enqueued again while it ran (issue 15). And when runs of one id
+overlap in the ledger (`chaos/races.py`)."""
 
 from __future__ import annotations
 
 import redis
 from chaos.checker import tally
 from chaos.ledger import Entry
+from chaos.races import overlaps
 from chaos_support import ROOT  # noqa: F401  (puts chaos/ on the path)
 
 from conveyor.protocol.keys import QueueKeys
@@ -63,3 +65,71 @@ def test_more_completions_than_finished_runs_are_a_fencing_failure(
         _entry("finish", "c", 2.0, pid=10, attempt=1),
     ]
     assert tally(ledger, redis_client, queue_name).double_acks == ["c"]
+
+
+def _clashes(*entries: Entry) -> int:
+    starts = [e for e in entries if e.kind == "start"]
+    finishes = [e for e in entries if e.kind == "finish"]
+    ends = [e for e in entries if e.kind in ("kill", "dead")]
+    return overlaps(starts, finishes, ends)
+
+
+def test_runs_one_after_the_other_do_not_overlap() -> None:
+    assert (
+        _clashes(
+            _entry("start", "a", 1.0, pid=10, attempt=1),
+            _entry("finish", "a", 2.0, pid=10, attempt=1),
+            _entry("start", "a", 2.5, pid=10, attempt=1),  # the same process runs it again
+            _entry("finish", "a", 3.0, pid=10, attempt=1),
+            _entry("start", "a", 3.5, pid=11, attempt=2),
+            _entry("finish", "a", 4.0, pid=11, attempt=2),
+        )
+        == 0
+    )
+
+
+def test_a_run_that_began_before_the_last_one_ended_overlaps() -> None:
+    assert (
+        _clashes(
+            _entry("start", "a", 1.0, pid=10, attempt=1),
+            _entry("start", "a", 1.5, pid=11, attempt=1),
+            _entry("finish", "a", 2.0, pid=10, attempt=1),
+            _entry("finish", "a", 2.5, pid=11, attempt=1),
+        )
+        == 1
+    )
+
+
+def test_a_run_that_never_finished_and_was_not_killed_overlaps_every_later_run() -> None:
+    assert (
+        _clashes(
+            _entry("start", "a", 1.0, pid=10, attempt=1),
+            _entry("start", "a", 5.0, pid=11, attempt=1),
+            _entry("finish", "a", 6.0, pid=11, attempt=1),
+        )
+        == 1
+    )
+
+
+def test_a_killed_run_ends_at_the_kill_and_a_run_begun_while_the_signal_landed_at_death() -> None:
+    killed_then_run_elsewhere = (
+        _entry("start", "a", 1.0, pid=10, attempt=1),
+        _entry("kill", "w0", 2.0, pid=10),
+        _entry("dead", "w0", 2.2, pid=10),
+        _entry("start", "a", 4.0, pid=11, attempt=1),
+        _entry("finish", "a", 4.5, pid=11, attempt=1),
+    )
+    assert _clashes(*killed_then_run_elsewhere) == 0
+    # the victim claimed "b" after the harness wrote `kill`, before the signal landed
+    claimed_in_the_instant = (
+        _entry("kill", "w0", 2.0, pid=10),
+        _entry("start", "b", 2.1, pid=10, attempt=1),
+        _entry("dead", "w0", 2.2, pid=10),
+        _entry("start", "b", 4.0, pid=11, attempt=1),
+        _entry("finish", "b", 4.5, pid=11, attempt=1),
+    )
+    assert _clashes(*claimed_in_the_instant) == 0
+    # without the death entry that run has no known end: the later run overlaps it
+    assert _clashes(*[e for e in claimed_in_the_instant if e.kind != "dead"]) == 1
+    # a run elsewhere that began before the death still overlaps the dying one
+    assert _clashes(*claimed_in_the_instant[:3], _entry("start", "b", 2.15, pid=11, attempt=1)) == 1
