@@ -4,6 +4,7 @@ that adds latency (chaos/proxy.py), measured on Redis itself."""
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import threading
 import time
@@ -211,3 +212,46 @@ def test_on_loopback_the_slots_go_round_in_one_turn(
         runner.stop_all()
     assert handle.worker._slot_turns == 1
     assert writes[0] == 1
+
+
+@pytest.mark.parametrize(("slow_pings", "turns", "pings"), [(6, 1, 7), (99, 2, 10)])
+def test_the_round_trip_probe_ends_at_the_first_fast_ping(
+    redis_client: redis.Redis,
+    queue_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+    slow_pings: int,
+    turns: int,
+    pings: int,
+) -> None:
+    # A loaded host once answered five loopback PINGs in 0.5 ms or more each
+    # (CI): a busy moment, not a network. The probe now stops at the first fast
+    # answer, of up to ten; only ten slow ones make two turns. The first
+    # `slow_pings` PINGs of the worker's own wire wait 1 ms before going out.
+    from conveyor.client.wire import AsyncWire
+
+    sent: list[float] = []
+    own_call = AsyncWire.call
+
+    async def slowed(self: AsyncWire, *args: object) -> object:
+        if args == ("PING",):
+            sent.append(time.monotonic())
+            if len(sent) <= slow_pings:
+                await asyncio.sleep(0.001)
+        return await own_call(self, *args)
+
+    monkeypatch.setattr(AsyncWire, "call", slowed)
+    url = f"redis://127.0.0.1:{redis_client.connection_pool.connection_kwargs['port']}/0"
+    tasks = Tasks(queue_name, url=url)
+
+    @tasks.task
+    async def quick(n: int) -> None:
+        pass
+
+    runner = WorkerRunner(url)
+    try:
+        handle = runner.start(tasks, concurrency=10)
+        wait_until(lambda: handle.worker._slot_turns == turns and len(sent) >= pings, timeout=30)
+        time.sleep(0.2)  # a PING past the probe's end would show here
+    finally:
+        runner.stop_all()
+    assert (handle.worker._slot_turns, len(sent)) == (turns, pings)
