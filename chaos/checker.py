@@ -92,6 +92,26 @@ def events(client: redis.Redis, queue: str, *, limit: int = 5_000_000) -> Counte
     return counts
 
 
+def stalled_at(
+    client: redis.Redis, queue: str, *, limit: int = 1_000_000
+) -> dict[str, list[float]]:
+    """When (wall seconds, from the entry's id: Redis's clock) each job's lease was found
+    expired: its `stalled` events, paged and bounded."""
+    key = QueueKeys("conveyor", queue).events
+    found: dict[str, list[float]] = {}
+    after = "-"
+    for _ in range(limit // 10_000 + 1):
+        page = client.xrange(key, min=after, max="+", count=10_000)
+        for entry_id, raw in page:
+            if raw.get(b"event") == b"stalled":
+                at = int(_text(entry_id).split("-")[0]) / 1000  # type: ignore[union-attr]
+                found.setdefault(_text(raw.get(b"id")) or "", []).append(at)
+        if len(page) < 10_000:
+            break
+        after = "(" + _text(page[-1][0])  # type: ignore[operator]
+    return found
+
+
 @dataclass
 class Tally:
     jobs: int = 0

@@ -136,6 +136,7 @@ class Span:
     attempt: int
     begin: float
     end: float
+    begin_wall: float = 0.0  # time.time() at its start: comparable with Redis's stream ids
 
 
 def run_spans(
@@ -160,7 +161,7 @@ def run_spans(
             ends = [k.mono for k in kills if k.pid == st.pid and k.mono >= st.mono]
             if ends:
                 end = min(ends)
-        spans.append(Span(st.pid, st.attempt, st.mono, end))
+        spans.append(Span(st.pid, st.attempt, st.mono, end, st.wall))
     return spans
 
 
@@ -179,3 +180,13 @@ def overlaps(starts: Sequence[Entry], finishes: Sequence[Entry], kills: Sequence
     """How many runs of one job began while an earlier run of it was still going (`run_spans`
     says when each run ended)."""
     return len(clashing(run_spans(starts, finishes, kills)))
+
+
+def after_a_stall(clash: tuple[Span, Span], stalls: Sequence[float]) -> bool:
+    """Whether the earlier run of a clash lost its lease before the later one began: a
+    `stalled` event of the id (`stalls`, wall seconds) between the two starts. A worker
+    starved of CPU for longer than its lease (the storm's 100 processes on 2 cores) keeps a
+    handler suspended until its next heartbeat cancels it, while the job runs elsewhere; the
+    fencing check (no completion accepted twice) covers that run, not the overlap check."""
+    earlier, later = clash
+    return any(earlier.begin_wall <= at <= later.begin_wall + 0.001 for at in stalls)

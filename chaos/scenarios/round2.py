@@ -17,10 +17,10 @@ from collections import Counter
 from typing import Any
 
 from chaos import ledger
-from chaos.checker import Result, events, tally
+from chaos.checker import Result, events, stalled_at, tally
 from chaos.harness import ROOT, Enqueue, Scene, WorkerPool, admin, drained, settings, wait_until
 from chaos.proxy import FaultProxy
-from chaos.races import clashing, race, run_spans
+from chaos.races import after_a_stall, clashing, race, run_spans
 from chaos.scenarios import scenario
 from conveyor import JobRequest, Queue
 from conveyor.errors import ConveyorError
@@ -577,7 +577,10 @@ def upsert_storm(scene: Scene, *, producers: int, ids: int, rounds: int, lease: 
     outcomes = Counter(got.outcomes if got else [])
     ends = [e for e in entries if e.kind in ("kill", "dead")]
     spans = {j: run_spans(t.starts.get(j, []), t.finishes.get(j, []), ends) for j in names}
-    clashes = {j: len(clashing(spans[j])) for j in names}
+    stalls = stalled_at(client, "chaos")
+    pairs = {j: clashing(spans[j]) for j in names}
+    clashes = {j: [c for c in pairs[j] if not after_a_stall(c, stalls.get(j, []))] for j in names}
+    excused = {j: len(pairs[j]) - len(clashes[j]) for j in names if len(pairs[j]) > len(clashes[j])}
     # when the last call that asked for a run (created, updated or blocked; "exists" is the
     # finished record answering) was sent: a run must start after it
     asked = [e for e in entries if e.kind == "enq" and e.extra.split(" ")[0] != "exists"]
@@ -598,9 +601,9 @@ def upsert_storm(scene: Scene, *, producers: int, ids: int, rounds: int, lease: 
         dict(outcomes),
     )
     r.check(
-        "the runs of each id never overlapped",
+        "the runs of each id never overlapped while both held a lease",
         not any(clashes.values()),
-        {j: clashing(spans[j]) for j in names if clashes[j]} or clashes,
+        {j: c for j, c in clashes.items() if c} or {"after a lease expired": excused},
     )
     r.check(
         "every id ran again after its last acknowledged enqueue (no upsert or twin dropped)",
@@ -609,6 +612,10 @@ def upsert_storm(scene: Scene, *, producers: int, ids: int, rounds: int, lease: 
     )
     r.check("0 lost", not t.lost, t.lost)
     r.check("0 completions accepted twice", not t.double_acks, t.double_acks)
-    r.metrics.update(outcomes=dict(outcomes), runs={j: len(t.starts.get(j, [])) for j in names})
+    r.metrics.update(
+        outcomes=dict(outcomes),
+        runs={j: len(t.starts.get(j, [])) for j in names},
+        overlaps_after_a_stall=excused,
+    )
     client.close()
     return r

@@ -6,9 +6,9 @@ overlap in the ledger (`chaos/races.py`)."""
 from __future__ import annotations
 
 import redis
-from chaos.checker import tally
+from chaos.checker import stalled_at, tally
 from chaos.ledger import Entry
-from chaos.races import overlaps
+from chaos.races import Span, after_a_stall, clashing, overlaps
 from chaos_support import ROOT  # noqa: F401  (puts chaos/ on the path)
 
 from conveyor.protocol.keys import QueueKeys
@@ -133,3 +133,22 @@ def test_a_killed_run_ends_at_the_kill_and_a_run_begun_while_the_signal_landed_a
     assert _clashes(*[e for e in claimed_in_the_instant if e.kind != "dead"]) == 1
     # a run elsewhere that began before the death still overlaps the dying one
     assert _clashes(*claimed_in_the_instant[:3], _entry("start", "b", 2.15, pid=11, attempt=1)) == 1
+
+
+def test_an_overlap_is_excused_only_when_the_lease_expired_between_the_starts(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # The CI case: a worker starved of CPU past its 2 s lease kept two handlers suspended
+    # (no finish); the reaper marked them stalled and they ran again.
+    keys = QueueKeys("conveyor", queue_name)
+    redis_client.xadd(keys.events, {"event": "stalled", "id": "a"}, id="1000002000-0")
+    redis_client.xadd(keys.events, {"event": "completed", "id": "b"}, id="1000002001-0")
+    stalls = stalled_at(redis_client, queue_name)
+    assert stalls == {"a": [1000002.0]}
+    starved = Span(10, 1, 1.0, float("inf"), begin_wall=1000000.0)
+    rerun = Span(11, 2, 3.0, 3.2, begin_wall=1000002.01)
+    assert clashing([starved, rerun]) == [(starved, rerun)]
+    assert after_a_stall((starved, rerun), stalls["a"])
+    assert not after_a_stall((starved, rerun), [])  # no stall: an overlap
+    too_early = Span(11, 2, 1.5, 1.7, begin_wall=1000000.5)  # began before the lease expired
+    assert not after_a_stall((starved, too_early), stalls["a"])
