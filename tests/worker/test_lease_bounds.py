@@ -214,20 +214,23 @@ def test_on_loopback_the_slots_go_round_in_one_turn(
     assert writes[0] == 1
 
 
-@pytest.mark.parametrize(("slow_pings", "turns", "pings"), [(6, 1, 7), (99, 2, 10)])
+@pytest.mark.parametrize(("slow_pings", "turns"), [(5, 1), (99, 2)])
 def test_the_round_trip_probe_ends_at_the_first_fast_ping(
     redis_client: redis.Redis,
     queue_name: str,
     monkeypatch: pytest.MonkeyPatch,
     slow_pings: int,
     turns: int,
-    pings: int,
 ) -> None:
     # A loaded host once answered five loopback PINGs in 0.5 ms or more each
     # (CI): a busy moment, not a network. The probe now stops at the first fast
     # answer, of up to ten; only ten slow ones make two turns. The first
     # `slow_pings` PINGs of the worker's own wire wait 1 ms before going out.
+    # Five slow ones made the old five-PING probe choose two turns. An unslowed
+    # PING may itself be slow on a loaded host, so the count after the slowed
+    # ones is bounded, not exact.
     from conveyor.client.wire import AsyncWire
+    from conveyor.worker.claiming import PROBES
 
     sent: list[float] = []
     own_call = AsyncWire.call
@@ -250,8 +253,12 @@ def test_the_round_trip_probe_ends_at_the_first_fast_ping(
     runner = WorkerRunner(url)
     try:
         handle = runner.start(tasks, concurrency=10)
-        wait_until(lambda: handle.worker._slot_turns == turns and len(sent) >= pings, timeout=30)
-        time.sleep(0.2)  # a PING past the probe's end would show here
+        wait_until(lambda: len(sent) >= min(slow_pings + 1, PROBES), timeout=30)
+        time.sleep(0.3)  # the probe's last PINGs, and any PING past its end
     finally:
         runner.stop_all()
-    assert (handle.worker._slot_turns, len(sent)) == (turns, pings)
+    assert handle.worker._slot_turns == turns
+    if turns == 1:
+        assert slow_pings < len(sent) <= PROBES
+    else:
+        assert len(sent) == PROBES
