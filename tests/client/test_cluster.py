@@ -65,6 +65,27 @@ def test_cluster_urls_name_seed_nodes_and_credentials() -> None:
         connect("redis+cluster://127.0.0.1:7000")  # which slot? only a queue knows
 
 
+def test_a_formed_cluster_gives_each_master_its_own_config_epoch(
+    cluster: list[RedisProcess],
+) -> None:
+    """Met at epoch 0, nodes settle their collisions over later gossip, and a node whose
+    epoch rose just after a slot moved away from it could win the slot back and make the
+    new owner drop its keys (a CI run on Redis 6.2 lost two jobs so). form_cluster sets
+    epochs 1..n, in slot order, before the nodes meet."""
+    epochs: dict[int, int] = {}
+    for node in cluster:
+        client = redis.Redis(port=node.port)
+        try:
+            for line in client.execute_command("CLUSTER", "NODES").decode().splitlines():
+                fields = line.split()
+                if "myself" in fields[2]:
+                    first_slot = int(fields[8].split("-")[0])
+                    epochs[first_slot] = int(fields[6])
+        finally:
+            client.close()
+    assert [epochs[slot] for slot in sorted(epochs)] == [1, 2, 3]
+
+
 def test_each_queue_talks_to_the_master_of_its_slot(cluster: list[RedisProcess], wire: str) -> None:
     names = _queues_on_distinct_masters(cluster, 3)
     url = cluster_url(cluster)  # one seed: the other masters are discovered
