@@ -301,3 +301,15 @@ def test_the_cli_starts_without_fcntl() -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("conveyor ")
+
+
+def test_the_demos_concurrency_is_optional_and_refused_below_one() -> None:
+    """Left out, each part of `make demo` takes its own default (the core's workers 50
+    slots, the Spark pipeline's `WORKER_CONCURRENCY`); a bad one is refused before anything
+    starts."""
+    from conveyor.integrations.demo import parse
+
+    assert parse([]).concurrency is None
+    assert parse(["--concurrency", "8"]).concurrency == 8
+    with pytest.raises(SystemExit):
+        parse(["--concurrency", "0"])

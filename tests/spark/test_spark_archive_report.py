@@ -177,3 +177,20 @@ def test_pipeline_workers_yield_the_cpu_to_redis(redis_url: str, queue_name: str
     )  # fmt: skip
     raised, niceness = map(int, done.stdout.split())
     assert niceness > 0 and raised == niceness
+
+
+@pytest.mark.parametrize(("workers", "concurrency"), [(0, 64), (2, 0)])
+def test_the_pipeline_refuses_workers_that_cannot_start(
+    spark: Any, redis_url: str, queue_name: str, tmp_path: Path, workers: int, concurrency: int
+) -> None:
+    """A worker that cannot start would leave the drain restarting workers for ever: the
+    pipeline says so before Spark writes a row."""
+    from conveyor.errors import ConfigurationError
+    from conveyor.integrations.spark import run_pipeline
+
+    with pytest.raises(ConfigurationError, match="at least 1"):
+        run_pipeline(spark, redis_url, 100, queue=queue_name, out_dir=str(tmp_path / "out"),
+                     workers=workers, concurrency=concurrency, say=lambda _: None)  # fmt: skip
+    with Queue(queue_name, url=redis_url) as q:
+        assert sum(q.counts().values()) == 0
+    assert not (tmp_path / "out").exists()

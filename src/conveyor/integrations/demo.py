@@ -19,19 +19,26 @@ from conveyor.integrations.embedded import EmbeddedRedis
 from conveyor.integrations.progress import ProgressBar, follow
 
 RESULT_TTL = 3600.0  # demo records expire after an hour
+CORE_CONCURRENCY = 50  # the core part's workers, unless --concurrency says otherwise
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="conveyor-demo", description=__doc__)
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--workers", type=int, default=1, help="worker processes")
-    parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument(
+        "--concurrency", type=int, default=None,
+        help=f"slots per worker (default {CORE_CONCURRENCY}; the Spark pipeline's own default)",
+    )  # fmt: skip
     parser.add_argument("--url", default=os.environ.get("CONVEYOR_REDIS_URL"))
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark pipeline")
     parser.add_argument("--spark-rows", type=int, default=100_000)
     parser.add_argument("--big", action="store_true", help="Spark pipeline with 1,000,000 rows")
     parser.add_argument("--master", default=None, help="Spark master (default local[*])")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.concurrency is not None and args.concurrency < 1:
+        parser.error(f"--concurrency must be at least 1, got {args.concurrency}")
+    return args
 
 
 def jobs(count: int) -> list[JobRequest]:
@@ -88,7 +95,8 @@ def run_core(url: str, args: argparse.Namespace) -> None:
             f"enqueued {args.jobs:,} jobs in {enqueue_s:.2f} s; starting {args.workers} worker(s)"
         )
         started = time.monotonic()
-        workers = start_workers(url, name, args.workers, args.concurrency)
+        concurrency = CORE_CONCURRENCY if args.concurrency is None else args.concurrency
+        workers = start_workers(url, name, args.workers, concurrency)
         follow(queue, ProgressBar(args.jobs), alive=lambda: any(w.poll() is None for w in workers))
         run_s = time.monotonic() - started
         for worker in workers:
@@ -104,7 +112,7 @@ def run_spark(url: str, args: argparse.Namespace) -> None:
     except ImportError:
         print("skipping the Spark pipeline: pip install 'conveyor[spark]' to see it")
         return
-    from conveyor.integrations.spark.pipeline import run_pipeline
+    from conveyor.integrations.spark.pipeline import WORKER_CONCURRENCY, run_pipeline
     from conveyor.integrations.spark.session import SparkSetupError, build_session
 
     try:
@@ -114,8 +122,9 @@ def run_spark(url: str, args: argparse.Namespace) -> None:
         return
     try:
         rows = 1_000_000 if args.big else args.spark_rows
+        concurrency = WORKER_CONCURRENCY if args.concurrency is None else args.concurrency
         result = run_pipeline(
-            spark, url, rows, workers=max(2, args.workers), concurrency=args.concurrency
+            spark, url, rows, workers=max(2, args.workers), concurrency=concurrency
         )
         print(f"the pipeline's report: {result.report_html} (summary: {result.report_json})")
         from conveyor.integrations.spark.apply_demo import run_apply_demo

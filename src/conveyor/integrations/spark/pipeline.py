@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from conveyor.client.models import QueueSettings
 from conveyor.client.sync import Queue
 from conveyor.client.tasks import Tasks
+from conveyor.errors import ConfigurationError, PermanentError
 from conveyor.job import JobState
 
 if TYPE_CHECKING:
@@ -49,6 +50,12 @@ TASK = "pipeline.score"
 # workers on 2 cores: 39.0 and 42.0 s at the same priority, 34.3 and 29.5 s with the workers
 # at niceness 5 (docs/spark.md, "Round five").
 WORKER_NICENESS = 5
+# Slots per worker. A worker claims when half its slots are free, so the slots set how many
+# jobs one claim script and one outcome batch carry; the pipeline's handler is quick, and
+# bigger batches cost Redis fewer µs per job. The 1,000,000-row pipeline on 2 cores: the
+# drain after the write 42.0 and 55.6 s at 64, 23.9 to 25.4 s at 256 (docs/spark.md,
+# "Round seven").
+WORKER_CONCURRENCY = 256
 
 
 @dataclass(slots=True)
@@ -65,7 +72,6 @@ class PipelineResult:
 def demo_tasks(queue: str, *, prefix: str = "conveyor", events_maxlen: int = 10_000) -> Tasks:
     """The demo's one task. Deterministic by id: a few first attempts fail (retried), a
     few jobs fail for good, so the report has something to show."""
-    from conveyor.errors import PermanentError
     from conveyor.worker import current_job
 
     tasks = Tasks(queue, settings=QueueSettings(prefix=prefix, events_maxlen=events_maxlen))
@@ -243,6 +249,16 @@ class _Reporting:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
+def _check_workers(workers: int, concurrency: int) -> None:
+    """Before anything is written: a worker that cannot start would leave the drain
+    restarting workers for ever."""
+    from conveyor.worker import WorkerSettings
+
+    if workers < 1:
+        raise ConfigurationError(f"workers must be at least 1, got {workers}")
+    WorkerSettings(concurrency=concurrency)  # its own ConfigurationError
+
+
 def run_pipeline(
     spark: SparkSession,
     url: str,
@@ -251,7 +267,7 @@ def run_pipeline(
     queue: str = "pipeline",
     prefix: str = "conveyor",
     workers: int = 2,
-    concurrency: int = 64,
+    concurrency: int = WORKER_CONCURRENCY,
     worker_niceness: int = WORKER_NICENESS,
     out_dir: str = "conveyor-pipeline",
     partitions: int = 2,
@@ -263,6 +279,7 @@ def run_pipeline(
     from . import register
     from .archive import archive
 
+    _check_workers(workers, concurrency)
     register(spark)
     started = time.monotonic()
     out = Path(out_dir)
@@ -329,6 +346,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--million", action="store_true", help="1,000,000 rows")
     parser.add_argument("--queue", default="pipeline")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--concurrency", type=int, default=WORKER_CONCURRENCY, help="slots per worker"
+    )
     parser.add_argument("--out", default="conveyor-pipeline")
     parser.add_argument("--master", help="Spark master (default local[*])")
     args = parser.parse_args(argv)
@@ -344,6 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             1_000_000 if args.million else args.rows,
             queue=args.queue,
             workers=args.workers,
+            concurrency=args.concurrency,
             out_dir=args.out,
         )
     finally:
