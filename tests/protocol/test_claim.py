@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import uuid
 
 import pytest
+import redis
 
 from conveyor.protocol import ops
 
@@ -441,3 +443,58 @@ def test_decode_claim_reads_odd_fields_of_the_compact_reply_one_by_one() -> None
     (job,) = ops.decode_claim([b"5", b"-1", 0, *plain]).jobs
     assert job == ops.ClaimedJob("a", "t", b"{}", 1, 0, 0, 3, 3, 1000, 300_000, 300_000, 1000,
                                  1700000000000)  # fmt: skip
+
+
+def test_claim_keeps_active_a_skiplist_and_no_reader_sees_how(q: Proto) -> None:
+    """Up to 128 entries Redis would keep `active` as a listpack, where each lease's ZADD and
+    ZREM scans the list: a claim that may lease 16 or more converts it, leaving only the
+    leases in it, and again whenever it was made anew (emptied) or loaded back as a
+    listpack (a restart, a slot migration: here a DUMP and RESTORE)."""
+    ids = [f"j{n:02d}" for n in range(70)]
+    for job_id in ids:
+        q.enqueue(job_id)
+    first = q.claimed_ids(16)
+    assert first == ids[:16]
+    assert q.r.object("encoding", q.keys.active) == b"skiplist"
+    assert q.members(q.keys.active) == first
+    assert q.complete_one(first[0]) is True
+    assert q.r.object("encoding", q.keys.active) == b"skiplist"  # a removal leaves it so
+    assert all(q.complete(*[(job_id, "tok", "1") for job_id in first[1:]]))
+    assert not q.r.exists(q.keys.active)  # emptied: the next claim makes it anew
+
+    assert q.claimed_ids(2) == ids[16:18]  # a small claim leaves it as Redis made it
+    assert q.r.object("encoding", q.keys.active) in (b"listpack", b"ziplist")
+    assert q.claimed_ids(16) == ids[18:34]
+    assert q.r.object("encoding", q.keys.active) == b"skiplist"
+    leases = q.r.zrange(q.keys.active, 0, -1, withscores=True)
+    q.r.restore(q.keys.active, 0, q.r.dump(q.keys.active), replace=True)
+    assert q.r.object("encoding", q.keys.active) in (b"listpack", b"ziplist")
+    assert q.claimed_ids(16) == ids[34:50]
+    assert q.r.object("encoding", q.keys.active) == b"skiplist"
+    assert q.r.zrange(q.keys.active, 0, 17, withscores=True) == leases
+    assert q.members(q.keys.active)[18:] == ids[34:50]
+
+
+def test_a_claim_whose_acl_denies_object_leases_all_the_same(
+    q: Proto, redis_client: redis.Redis, redis_url: str
+) -> None:
+    """Keeping `active` a skiplist is speed only: a user whose ACL denies OBJECT claims the
+    same jobs, and the key stays as Redis makes it."""
+    user, password = f"noobj-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    redis_client.execute_command(
+        "ACL", "SETUSER", user, "on", f">{password}", "~*", "&*", "+@all", "-object"
+    )
+    limited = redis.Redis.from_url(redis_url.replace("redis://", f"redis://{user}:{password}@"))
+    try:
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            limited.object("encoding", q.keys.ready)
+        lq = Proto(limited, q.name)
+        ids = [f"j{n:02d}" for n in range(20)]
+        for job_id in ids:
+            lq.enqueue(job_id)
+        assert lq.claimed_ids(16) == ids[:16]
+        assert q.members(q.keys.active) == ids[:16]
+        assert q.r.object("encoding", q.keys.active) in (b"listpack", b"ziplist")
+    finally:
+        limited.close()
+        redis_client.execute_command("ACL", "DELUSER", user)
