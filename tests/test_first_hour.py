@@ -307,9 +307,13 @@ def test_the_demos_concurrency_is_optional_and_refused_below_one() -> None:
     """Left out, each part of `make demo` takes its own default (the core's workers 50
     slots, the Spark pipeline's `WORKER_CONCURRENCY`); a bad one is refused before anything
     starts."""
-    from conveyor.integrations.demo import parse
+    from conveyor.integrations.demo import CORE_CONCURRENCY, parse, slots
+    from conveyor.integrations.spark.pipeline import WORKER_CONCURRENCY
 
     assert parse([]).concurrency is None
     assert parse(["--concurrency", "8"]).concurrency == 8
+    assert slots(parse([]), CORE_CONCURRENCY) == 50
+    assert slots(parse([]), WORKER_CONCURRENCY) == 256
+    assert slots(parse(["--concurrency", "8"]), WORKER_CONCURRENCY) == 8
     with pytest.raises(SystemExit):
         parse(["--concurrency", "0"])

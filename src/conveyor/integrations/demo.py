@@ -41,6 +41,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def slots(args: argparse.Namespace, default: int) -> int:
+    """A part's worker concurrency: `--concurrency` when given, else the part's own."""
+    return default if args.concurrency is None else int(args.concurrency)
+
+
 def jobs(count: int) -> list[JobRequest]:
     """Mostly thumbnails; every 10th a checksum (1 in 50 flaky); 1 in 500 corrupt."""
     made = []
@@ -95,8 +100,7 @@ def run_core(url: str, args: argparse.Namespace) -> None:
             f"enqueued {args.jobs:,} jobs in {enqueue_s:.2f} s; starting {args.workers} worker(s)"
         )
         started = time.monotonic()
-        concurrency = CORE_CONCURRENCY if args.concurrency is None else args.concurrency
-        workers = start_workers(url, name, args.workers, concurrency)
+        workers = start_workers(url, name, args.workers, slots(args, CORE_CONCURRENCY))
         follow(queue, ProgressBar(args.jobs), alive=lambda: any(w.poll() is None for w in workers))
         run_s = time.monotonic() - started
         for worker in workers:
@@ -122,10 +126,10 @@ def run_spark(url: str, args: argparse.Namespace) -> None:
         return
     try:
         rows = 1_000_000 if args.big else args.spark_rows
-        concurrency = WORKER_CONCURRENCY if args.concurrency is None else args.concurrency
         result = run_pipeline(
-            spark, url, rows, workers=max(2, args.workers), concurrency=concurrency
-        )
+            spark, url, rows, workers=max(2, args.workers),
+            concurrency=slots(args, WORKER_CONCURRENCY),
+        )  # fmt: skip
         print(f"the pipeline's report: {result.report_html} (summary: {result.report_json})")
         from conveyor.integrations.spark.apply_demo import run_apply_demo
 

@@ -103,19 +103,15 @@ local INF = -1  -- "until an event", stored as +inf in gwait
 -- leases neither the check nor the scans cost much): the key is made anew when it empties,
 -- and a restart or a slot migration loads it back as a listpack. An ACL that denies OBJECT
 -- (an error table from pcall) leaves the key as Redis makes it.
+-- Returns the member to remove after the leases are written, or false.
 local CONVERT_FROM = 16
-local converter = false
 local function convert_active_first(n)
-  if n < CONVERT_FROM then return end
+  if n < CONVERT_FROM then return false end
   local encoding = redis.pcall('OBJECT', 'ENCODING', active)  -- false: no key yet
-  if encoding ~= 'skiplist' and type(encoding) ~= 'table' then
-    converter = string.rep('~', 1025)
-    lease('0', converter)
-  end
-end
-local function write_leases_and_convert()
-  write_leases()
-  if converter then redis.call('ZREM', active, converter) end
+  if encoding == 'skiplist' or type(encoding) == 'table' then return false end
+  local converter = string.rep('~', 1025)
+  lease('0', converter)
+  return converter
 end
 
 local FIELDS = {'state', 'task', 'data', 'attempts', 'failures', 'stalls', 'max_failures',
@@ -438,13 +434,14 @@ if limits[1] ~= '1' then
   if #held_key > 0 then due_at(tonumber(held_key[2])) end
   local n = queue_allowance()
   if n > 0 then
-    convert_active_first(n)
+    local converter = convert_active_first(n)
     if redis.call('EXISTS', groups) == 0 then
       claim_in_order(n)
     else
       claim_round_robin(n)
     end
-    write_leases_and_convert()
+    write_leases()
+    if converter then redis.call('ZREM', active, converter) end
     if leased > 0 then trim(events, maxlen) end
     if leased > 0 and tonumber(limits[3]) then
       rate_log(base .. 'rate', leased, num(limits[4], 1000), now)
