@@ -25,6 +25,7 @@ import importlib
 import inspect
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -303,6 +304,8 @@ async def process(ctx: Ctx, procs: int) -> dict[str, Any]:
     ctx.mr.flushall()
     if int(ctx.qr.dbsize()) == 0:
         raise RuntimeError("the backlog did not reach Redis")
+    if ctx.args.after_fill:  # bench/run_ir.py: count the server's instructions from here
+        subprocess.run(shlex.split(ctx.args.after_fill), check=True, capture_output=True)
     before = ctx.server_stats()
     samples: list[tuple[int, dict[str, Any]]] = []
     gate = StartGate(ctx, procs) if procs > 1 else None
@@ -496,6 +499,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--client-url", default="", help="the library's URL (default: --queue-url)")
     p.add_argument("--timeout", type=float, default=180.0)
     p.add_argument("--pidfile", default="")
+    p.add_argument("--after-fill", default="", help="process: a command run once the backlog is in")
     p.add_argument("--logdir", required=True)
     return p.parse_args(argv)
 

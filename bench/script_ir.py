@@ -73,11 +73,15 @@ class Server:
 
     def measured(self, work: Callable[[], object]) -> int:
         """Ir of the server while `work()` runs."""
-        before = set(self.out.glob("cg.out.*"))
         self.ctl("-z")
         self.ctl("-i", "on")
         work()
         self.ctl("-i", "off")
+        return self.dumped()
+
+    def dumped(self) -> int:
+        """Ir counted since the last zeroing (or the start), dumped now."""
+        before = set(self.out.glob("cg.out.*"))
         self.ctl("-d")
         (dump,) = set(self.out.glob("cg.out.*")) - before
         found = re.search(r"^totals: (\d+)", dump.read_text(), re.M)

@@ -12,6 +12,7 @@ import json
 import random
 import shutil
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -254,3 +255,32 @@ def test_the_network_proxy_delays_every_chunk_by_the_delay_and_no_more(
     assert delays[0] >= 0.200 - 2 * early, delays
     assert early < 0.001, early
     assert median < 0.230, delays
+
+
+@pytest.mark.timeout(90)
+def test_the_driver_runs_the_after_fill_command_between_the_backlog_and_the_workers(
+    tmp_path: Path, redis_binary: str
+) -> None:
+    """bench/run_ir.py switches callgrind on with it: the backlog must be in Redis when the
+    command runs, and no job taken yet."""
+    seen = tmp_path / "seen"
+    with (
+        RedisProcess(binary=redis_binary, data_dir=tmp_path / "q", appendonly=False) as queue,
+        RedisProcess(binary=redis_binary, data_dir=tmp_path / "m", appendonly=False) as marks,
+    ):
+        server = queue.url.rsplit("/", 1)[0]
+        command = (
+            f"sh -c 'redis-cli -u {server} zcard conveyor:{{bench}}:ready > {seen}; "
+            f"redis-cli -u {server} zcard conveyor:{{bench}}:active >> {seen}'"
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.driver", "--system", "conveyor",
+             "--module", "bench.conveyor_adapter", "--scenario", "process_1proc", "--n", "300",
+             "--queue-url", queue.url, "--mark-url", marks.url, "--logdir", str(tmp_path),
+             "--timeout", "60", "--after-fill", command],
+            cwd=ROOT, capture_output=True, text=True, check=True, timeout=80,
+        )  # fmt: skip
+    result = json.loads(done.stdout.rsplit("BENCH-RESULT ", 1)[1])
+    assert "error" not in result, result
+    assert result["jobs_per_s"] > 0
+    assert seen.read_text().split() == ["300", "0"]  # all waiting, none leased yet
