@@ -27,8 +27,9 @@ from pathlib import Path
 
 import redis
 
-from bench.script_ir import Server, free_port
+from bench.script_ir import Server
 from bench.systems import ROOT
+from conveyor.integrations.redis_server import RedisProcess
 
 SCRIPTS_OF = (
     "from conveyor.protocol.scripts import SCRIPT_NAMES, load_script; import json; "
@@ -48,12 +49,11 @@ def run(src: Path | None, scenario: str, n: int) -> tuple[float, str]:
     env = dict(os.environ)
     if src is not None:
         env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (src, ROOT))
-    with tempfile.TemporaryDirectory() as tmp:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        RedisProcess(data_dir=Path(tmp) / "marks", appendonly=False) as marks,
+    ):
         server = Server(Path(tmp))
-        marks = subprocess.Popen(
-            ["redis-server", "--port", str(mark_port := free_port()), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL,
-        )  # fmt: skip
         try:
             for source in scripts_of(env).values():
                 server.client.script_load(source)
@@ -62,7 +62,7 @@ def run(src: Path | None, scenario: str, n: int) -> tuple[float, str]:
                 [sys.executable, "-m", "bench.driver", "--system", "conveyor",
                  "--module", "bench.conveyor_adapter", "--scenario", scenario, "--n", str(n),
                  "--queue-url", f"redis://127.0.0.1:{port}/0",
-                 "--mark-url", f"redis://127.0.0.1:{mark_port}/0", "--logdir", tmp,
+                 "--mark-url", marks.url, "--logdir", tmp,
                  "--timeout", "900",
                  "--after-fill", f"callgrind_control -i on {server.proc.pid}"],
                 env=env, cwd=ROOT, check=True, capture_output=True, text=True,
@@ -71,7 +71,6 @@ def run(src: Path | None, scenario: str, n: int) -> tuple[float, str]:
             result = done.stdout.rsplit("BENCH-RESULT ", 1)[-1].strip()
             ir = server.dumped()
         finally:
-            marks.terminate()
             server.close()
         return ir / n, result
 
