@@ -384,8 +384,10 @@ class CompletionWatcher(threading.Thread):
                 for entry_id, fields in entries:
                     self.after = entry_id
                     if fields.get(self.field) == self.value:
-                        job_id = fields.get(self.id_field, b"").decode()
-                        self.seen.setdefault(job_id, now)
+                        # Conveyor's one entry for several jobs names them in `ids` (§11)
+                        many = fields.get(b"ids")
+                        for job_id in many.split() if many else [fields.get(self.id_field, b"")]:
+                            self.seen.setdefault(job_id.decode(), now)
 
 
 async def latency(ctx: Ctx) -> dict[str, Any]:

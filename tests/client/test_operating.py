@@ -123,3 +123,27 @@ def test_job_ids_read_from_either_end(queue: Any) -> None:
     assert queue.job_ids("waiting", limit=2) == ["a", "b"]
     assert queue.job_ids("waiting", limit=2, reverse=True) == ["d", "c"]
     assert queue.job_ids("waiting", offset=1, limit=2, reverse=True) == ["c", "b"]
+
+
+def test_an_entry_naming_several_jobs_reads_as_one_event_per_job(
+    queue: Any, redis_client: redis.Redis
+) -> None:
+    """Protocol §11: claim and complete write one entry per call; readers see one per job."""
+    for n in range(3):
+        queue.enqueue("t", None, id=f"j{n}")
+    core = _core(queue)
+    runner = SyncRunner(redis_client, core.scripts)
+    claim = ops.claim(
+        core.keys, worker_id="w-3", count=3, lease_ms=10_000, token="t", promote=10,
+        events_maxlen=100,
+    )  # fmt: skip
+    ids = [j.id for j in ops.decode_claim(runner.run(claim)).jobs]
+    runner.run(ops.complete(core.keys, [(i, "t", "1") for i in ids], events_maxlen=100))
+    assert redis_client.xlen(core.keys.events) == 3 + 1 + 1  # created each, one active, one done
+    events = [e for e in queue.events(after="0-0") if e.name != "created"]
+    assert [(e.name, e.job_id) for e in events] == [("active", i) for i in ids] + [
+        ("completed", i) for i in ids
+    ]
+    assert [e.fields for e in events[:3]] == [{"attempt": "1", "worker": "w-3"}] * 3
+    assert len({e.stream_id for e in events[:3]}) == 1
+    assert [e.name for e in queue.job_events("j1")] == ["created", "active", "completed"]

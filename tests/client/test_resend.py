@@ -18,6 +18,7 @@ import pytest
 import redis
 
 from conveyor import AsyncQueue, JobRequest, Queue
+from conveyor.client.events import decode_entries
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -38,16 +39,16 @@ def _lose_replies_for(proxy: FaultProxy, seconds: float) -> None:
     threading.Timer(seconds, proxy.lose_replies, args=(0.0,)).start()
 
 
-def _created_events(client: redis.Redis, queue: str) -> list[bytes]:
+def _created_events(client: redis.Redis, queue: str) -> list[str]:
     entries = client.xrange(f"conveyor:{{{queue}}}:events")
-    return [e[b"id"] for _, e in entries if e[b"event"] == b"created"]
+    return [e.job_id for e in decode_entries(entries) if e.name == "created"]
 
 
 def _check_once_each(client: redis.Redis, queue: str, ids: list[str]) -> None:
     assert sorted(m.decode() for m in client.zrange(f"conveyor:{{{queue}}}:ready", 0, -1)) == (
         sorted(ids)
     )
-    assert sorted(e.decode() for e in _created_events(client, queue)) == sorted(ids)
+    assert sorted(_created_events(client, queue)) == sorted(ids)
     assert client.hget(f"conveyor:{{{queue}}}:meta", "seq") == str(len(ids)).encode()
 
 

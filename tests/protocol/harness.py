@@ -11,6 +11,7 @@ from typing import Any
 import redis
 
 from conveyor import serializers
+from conveyor.client.events import decode_entries
 from conveyor.client.transport import SyncRunner
 from conveyor.options import JobDefaults, build_spec
 from conveyor.protocol import ops, schedules
@@ -273,6 +274,15 @@ class Proto:
             if name is None or fields.get("event") == name:
                 out.append(fields)
         return out
+
+    def job_events(self, name: str | None = None) -> list[dict[str, str]]:
+        """The events stream as a reader sees it, one dict per job (an entry naming
+        several jobs, `ids` in §11, gives one each), oldest first; `name` keeps one kind."""
+        return [
+            {"event": e.name, "id": e.job_id, **e.fields}
+            for e in decode_entries(self.r.xrange(self.keys.events))
+            if name is None or e.name == name
+        ]
 
     def marker_set(self) -> bool:
         return self.r.zscore(self.keys.marker, "0") == 0

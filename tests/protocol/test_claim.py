@@ -498,3 +498,41 @@ def test_a_claim_whose_acl_denies_object_leases_all_the_same(
     finally:
         limited.close()
         redis_client.execute_command("ACL", "DELUSER", user)
+
+
+def test_a_claim_of_several_jobs_writes_one_active_entry_naming_them_in_order(q: Proto) -> None:
+    """§11: one entry per call, `ids` and `attempts` space-separated in claim order."""
+    for job_id in ("a", "b", "c"):
+        q.enqueue(job_id)
+    assert q.claimed_ids(2, token="t1") == ["a", "b"]
+    assert q.fail("b", "t1", retry_delay_ms=0) == "retried"
+    second = q.claim(5, token="t2", worker="w-7").jobs
+    assert sorted(j.id for j in second) == ["b", "c"]
+    entries = q.events("active")
+    assert entries == [
+        {"event": "active", "ids": "a b", "attempts": "1 1", "worker": "w1"},
+        {
+            "event": "active",
+            "ids": " ".join(j.id for j in second),
+            "attempts": " ".join(str(j.attempts) for j in second),
+            "worker": "w-7",
+        },
+    ]
+    assert {j.id: j.attempts for j in second} == {"b": 2, "c": 1}
+
+
+def test_a_claims_one_entry_counts_once_against_maxlen(q: Proto) -> None:
+    """§11: `maxlen` counts entries, and a claim of 200 adds one (`~` trims whole nodes of
+    100 entries)."""
+    for i in range(250):
+        q.enqueue(f"j{i}")  # 250 `created` entries: nodes of 100, 100 and 50
+    reply = q.run(
+        ops.claim(
+            q.keys, worker_id="w1", count=200, lease_ms=30_000, token="t", promote=0,
+            events_maxlen=100,
+        )
+    )  # fmt: skip
+    assert len(ops.decode_claim(reply).jobs) == 200
+    # 251 entries: the first node goes, the rest (151) is not over 100 by a whole node
+    assert q.r.xlen(q.keys.events) == 151
+    assert len(q.events("active")[0]["ids"].split()) == 200

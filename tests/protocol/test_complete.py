@@ -154,3 +154,14 @@ def test_a_jobs_log_expires_with_its_record_and_only_a_logged_run_pays_for_it(q:
     # the log now lives as long as its record: ttl + 60 s grace
     assert 119_000 < q.ttl_ms(q.keys.job_log("a")) <= 120_000
     assert "logged" not in q.job("b") and q.r.exists(q.keys.job_log("b")) == 0
+
+
+def test_a_call_completing_several_jobs_writes_one_entry_naming_them(q: Proto) -> None:
+    """§11: `ids` space-separated in the call's order; a fenced-off item is left out."""
+    for job_id in ("a", "b", "c"):
+        q.enqueue(job_id)
+    assert q.claimed_ids(3, token="t") == ["a", "b", "c"]
+    assert q.complete(("c", "t", "1"), ("b", "stale", "2"), ("a", "t", "3")) == [True, False, True]
+    assert q.events("completed") == [{"event": "completed", "ids": "c a"}]
+    assert q.complete(("b", "t", "2")) == [True]
+    assert q.events("completed")[1:] == [{"event": "completed", "id": "b"}]

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from conveyor.client.events import decode_entries
 from conveyor.protocol import ops
 
-from .harness import HALF, SEQ_SPAN, Proto, text
+from .harness import HALF, SEQ_SPAN, Proto
 
 
 def test_creates_a_waiting_job_field_by_field(q: Proto) -> None:
@@ -402,14 +403,14 @@ def test_a_first_send_writes_what_enqueue_writes(q: Proto, data: Any, per_call: 
     assert q.members(q.keys.ready) == ["p0", "p1", "p2", "g0", "g1", "g2", "indexed"]
     assert [q.stored(f"p{i}")["seq"] for i in range(3)] == [str(HALF + n) for n in (1, 2, 3)]
     assert q.r.hget(q.keys.meta, "seq") == b"7"
-    events = q.r.xrange(q.keys.events)
-    assert [(text(e[b"event"]), text(e[b"id"]), text(e[b"state"])) for _, e in events[:3]] == [
+    events = decode_entries(q.r.xrange(q.keys.events))
+    assert [(e.name, e.job_id, e.fields["state"]) for e in events[:3]] == [
         ("created", f"p{i}", "waiting") for i in range(3)
     ]
-    # created_at is the server time of the call's first `created` event
+    # one `created` entry per call (§11), and created_at is the server time of that entry
+    assert len({e.stream_id for e in events[:3]}) == 3 // per_call
     for i in range(3):
-        first_event = text(events[i - i % per_call][0])
-        assert q.stored(f"p{i}")["created_at"] == first_event.split("-")[0]
+        assert q.stored(f"p{i}")["created_at"] == events[i].stream_id.split("-")[0]
     (job,) = q.claim().jobs
     assert (job.id, json.loads(job.data)) == ("p0", [0, data])
 

@@ -35,10 +35,11 @@ def test_creates_what_enqueue_creates_for_given_ids(q: Proto, data: Any) -> None
         }
         assert q.score(q.keys.ready, f"s{i}") == 7 * SEQ_SPAN + HALF + 1 + i
     assert q.members(q.keys.ready) == ["s0", "s1", "s2", "e0", "e1", "e2"]
-    assert [(e["event"], e["id"], e["state"]) for e in q.events()][:3] == [
+    assert [(e["event"], e["id"], e["state"]) for e in q.job_events()][:3] == [
         ("created", f"s{i}", "waiting") for i in range(3)
     ]
-    # created_at is the server time of the call's first event
+    assert q.events()[0] == {"event": "created", "ids": "s0 s1 s2", "state": "waiting"}
+    # created_at is the server time of the call's one `created` entry
     assert q.stored("s2")["created_at"] == text(q.r.xrange(q.keys.events)[0][0]).split("-")[0]
 
 
@@ -83,7 +84,7 @@ def test_the_same_id_twice_in_one_call_is_created_once(q: Proto) -> None:
     assert q.enqueue_skip([q.spec("x", data=1), q.spec("x", data=2), q.spec("y")]) == 2
     assert q.job("x")["data"] == "1"
     assert q.members(q.keys.ready) == ["x", "y"]
-    assert len(q.events("created")) == 2
+    assert q.events("created") == [{"event": "created", "ids": "x y", "state": "waiting"}]
 
 
 def test_a_created_id_leaves_no_stale_finished_entry(q: Proto) -> None:
@@ -95,12 +96,19 @@ def test_a_created_id_leaves_no_stale_finished_entry(q: Proto) -> None:
 
 
 def test_a_big_call_and_its_stream_trim(q: Proto) -> None:
+    for i in range(200):  # one entry each
+        assert q.run(ops.enqueue_skip(q.keys, [q.spec(f"one{i}")], events_maxlen=1000)) == [1]
+    assert q.r.xlen(q.keys.events) == 200
     specs = [q.spec(f"j{i}", data=i, priority=i % 3) for i in range(450)]
     assert q.run(ops.enqueue_skip(q.keys, specs, events_maxlen=100)) == [450]
-    assert q.r.zcard(q.keys.ready) == 450
+    assert q.r.zcard(q.keys.ready) == 650
     first = [f"j{i}" for i in range(0, 450, 3)]
     assert q.members(q.keys.ready)[:150] == first  # priority 0, FIFO
-    assert 100 <= q.r.xlen(q.keys.events) < 450  # trimmed to about 100 (`~`: whole nodes)
+    # one entry names the 450 (§11); `maxlen` = 100 counts entries: of the nodes of 100,
+    # 100 and 1 entries, `~` removes the first alone
+    assert q.r.xlen(q.keys.events) == 101
+    _, last = q.r.xrevrange(q.keys.events, count=1)[0]
+    assert last[b"ids"].split() == [f"j{i}".encode() for i in range(450)]
 
 
 def _call(q: Proto, *job_args: str) -> ops.Call:

@@ -127,7 +127,19 @@ def test_read_events_batch(spark: Any, redis_url: str, mixed_queue: dict[str, An
         events.schema.simpleString() == spark.createDataFrame([], EVENTS_DDL).schema.simpleString()
     )
     rows = events.collect()
-    assert len({r["stream_id"] for r in rows}) == len(rows)
+    # one row per job event; the jobs of one entry (protocol §11) share its stream id
+    assert len({(r["stream_id"], r["job_id"]) for r in rows}) == len(rows)
+    with Queue(mixed_queue["queue"], url=redis_url) as q:
+        entries = q.client.xlen(q.core.keys.events)
+    assert entries < len(rows)  # the workers claimed and completed several jobs per call
+    active_rows = [r for r in rows if r["event"] == "active"]
+    assert sorted(r["job_id"] for r in active_rows) == sorted(f"done-{n}" for n in range(50))
+    assert all(r["attempt"] == 1 and r["worker"] for r in active_rows)
+    assert sorted(r["job_id"] for r in rows if r["event"] == "created") == sorted(
+        [f"done-{n}" for n in range(50)]
+        + [f"later-{n}" for n in range(30)]
+        + [f"new-{n}" for n in range(20)]
+    )
     counts: dict[str, int] = {}
     for row in rows:
         counts[row["event"]] = counts.get(row["event"], 0) + 1

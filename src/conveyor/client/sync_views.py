@@ -174,7 +174,8 @@ class QueueViews:
     def events(
         self, *, after: str = "$", block: float | None = None, count: int = 100
     ) -> list[Event]:
-        """Events after stream id `after`, waiting up to `block` seconds for one."""
+        """Events after stream id `after`, waiting up to `block` seconds for one: the
+        next `count` stream entries, one event per job (an entry may name several)."""
         with translated():
             reply = self.client.xread(
                 {self.core.keys.events: after},

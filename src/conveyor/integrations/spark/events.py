@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
 from conveyor.errors import ConfigurationError
+from conveyor.protocol.events import job_attempts
 
 from . import store
 from .options import Options, Target
@@ -139,26 +140,40 @@ _STREAM_FIELD = {"job_id": b"id"}
 
 
 def _batch(entries: list[Any], schema: pa.Schema, queue: str) -> pa.RecordBatch:
+    """One row per job event: an entry naming several jobs (`ids`, protocol §11) gives a
+    row for each, all with the entry's stream id and time and its other fields."""
     import pyarrow as pa
 
     values: dict[str, list[Any]] = {f.name: [] for f in schema}
-    stream_ids = [entry[0] for entry in entries]
+    stream_ids: list[Any] = []
     wanted = [
-        (_STREAM_FIELD.get(name, name.encode()), out.append)
+        (_STREAM_FIELD.get(name, name.encode()), out)
         for name, out in values.items()
         if name not in ("queue", "at", "stream_id")
     ]
-    for _, flat in entries:
+    for stream_id, flat in entries:
         fields = dict(zip(flat[0::2], flat[1::2], strict=False))
-        get = fields.get
-        for key, append in wanted:
-            append(get(key))
+        ids = fields.get(b"ids")
+        if ids is None:
+            stream_ids.append(stream_id)
+            for key, out in wanted:
+                out.append(fields.get(key))
+            continue
+        jobs = job_attempts(ids, fields.get(b"attempts"))
+        stream_ids.extend([stream_id] * len(jobs))
+        for key, out in wanted:  # column by column: a dict per job would cost more
+            if key == b"id":
+                out.extend(job_id for job_id, _ in jobs)
+            elif key == b"attempt" and b"attempts" in fields:
+                out.extend(attempt for _, attempt in jobs)
+            else:
+                out.extend([fields.get(key)] * len(jobs))
     if "stream_id" in values:
         values["stream_id"] = stream_ids
     arrays = []
     for f in schema:
         if f.name == "queue":
-            arrays.append(pa.array([queue] * len(entries), f.type))
+            arrays.append(pa.array([queue] * len(stream_ids), f.type))
         elif f.name == "at":
             arrays.append(_times(stream_ids, f.type))
         else:

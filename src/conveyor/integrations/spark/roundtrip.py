@@ -204,7 +204,8 @@ def _wait(
         for _stream, entries in reply or ():
             for stream_id, fields in entries:
                 if fields.get(b"event") in _ENDS:
-                    waiting.discard(fields.get(b"id", b""))
+                    ids = fields.get(b"ids")  # one entry for several jobs (protocol §11)
+                    waiting.difference_update(ids.split() if ids else (fields.get(b"id"),))
                 position = store.stream_id_text(stream_id)
             store.register_consumer(client, keys, reader, position)
 

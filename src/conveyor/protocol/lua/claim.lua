@@ -55,8 +55,8 @@
 --
 -- Effects: promoted jobs move scheduled -> ready (keeping their enqueue
 -- order); groups whose hold expired go back into the rotation; claimed jobs
--- move to active with state, token, worker, started_at and attempts + 1; an
--- `active` event per job; rate-window counters and group slots counted;
+-- move to active with state, token, worker, started_at and attempts + 1; one
+-- `active` event for the call's jobs (§11); rate-window counters and group slots counted;
 -- when jobs remain ready, the marker is set so another idle worker wakes;
 -- `active` is left encoded as a skiplist (speed only: §6.2).
 -- Without groups, jobs are taken in ready order. With groups, one job at a
@@ -241,6 +241,7 @@ local function fail_corrupt(id, reason)
 end
 
 local leased = 0
+local claimed_ids, claimed_attempts = {}, {}
 -- ids taken off a ready index: leased, parked on a concurrency key (§16.5), or dropped
 -- (stale, corrupt). Once `n` are, more may be claimable: see the wake-up below.
 local examined = 0
@@ -291,9 +292,8 @@ local function take(id, score, from)
   redis.call('HSET', job_key, 'attempts', attempt, 'state', 'active', 'token', token,
              'worker', worker, 'started_at', now_text)
   lease(lease_end, id)
-  -- the stream is trimmed once, after the loop (trim, common.lua)
-  redis.call('XADD', events, '*', 'event', 'active', 'id', id, 'attempt', attempt,
-             'worker', worker)
+  -- one `active` entry for the call's jobs, added after the loop (write_active)
+  claimed_ids[leased + 1], claimed_attempts[leased + 1] = id, attempt
   local group = f[16]
   if group and group ~= '' then
     redis.call('HINCRBY', gactive, group, 1)
@@ -418,6 +418,19 @@ local function claim_round_robin(n)
   stopped_early = visits >= n + 32
 end
 
+-- The call's one `active` entry (§11): a single job's as `id` and `attempt`, several jobs'
+-- as `ids` and `attempts`, space-separated in claim order (an id holds no space, §12). One
+-- XADD per call, not per job: each costs Redis about as much as the rest of a job's claim.
+local function write_active()
+  if leased == 1 then
+    redis.call('XADD', events, '*', 'event', 'active', 'id', claimed_ids[1],
+               'attempt', claimed_attempts[1], 'worker', worker)
+  else
+    redis.call('XADD', events, '*', 'event', 'active', 'ids', table.concat(claimed_ids, ' '),
+               'attempts', table.concat(claimed_attempts, ' '), 'worker', worker)
+  end
+end
+
 local function earliest(key)
   local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
   if #first > 0 and first[2] ~= 'inf' then due_at(tonumber(first[2])) end
@@ -442,7 +455,10 @@ if limits[1] ~= '1' then
     end
     write_leases()
     if converter then redis.call('ZREM', active, converter) end
-    if leased > 0 then trim(events, maxlen) end
+    if leased > 0 then
+      write_active()
+      trim(events, maxlen)
+    end
     if leased > 0 and tonumber(limits[3]) then
       rate_log(base .. 'rate', leased, num(limits[4], 1000), now)
     end

@@ -16,9 +16,9 @@
 -- state `waiting`).
 --
 -- Effects: per job, the record (`state`, `task`, `data` in pieces, `seq`,
--- `created_at`), its ready entry at the default priority and a `created`
--- event; the wake marker. created_at is the millisecond part of the call's
--- first event id (XADD reads the server clock: no TIME). The stream is
+-- `created_at`) and its ready entry at the default priority; one `created`
+-- event naming the call's jobs (§11); the wake marker. created_at is the
+-- millisecond part of that event's id (XADD reads the server clock: no TIME). The stream is
 -- trimmed only when the call's sequence numbers pass a multiple of 64
 -- (trimming must read the readers' positions; until then the stream may
 -- pass maxlen by up to 64).
@@ -61,14 +61,22 @@ local function INT(n) return string.format('%d', n) end
 local function create_all(put)
   local last = redis.call('HINCRBY', KEYS[2], 'seq', INT(n))
   local ready = {}
-  local now  -- the call's first event time: "now" for all its jobs
+  -- The call's one `created` entry (§11): `id` for one job, else `ids`, space-separated.
+  local event_id
+  if n == 1 then
+    event_id = redis.call('XADD', KEYS[5], '*', 'event', 'created', 'id', ARGV[2],
+                          'state', 'waiting')
+  else
+    local ids = {}
+    for k = 0, n - 1 do ids[k + 1] = ARGV[2 + 3 * k] end
+    event_id = redis.call('XADD', KEYS[5], '*', 'event', 'created', 'ids',
+                          table.concat(ids, ' '), 'state', 'waiting')
+  end
+  local now = string.sub(event_id, 1, string.find(event_id, '-', 1, true) - 1)  -- created_at
   for k = 0, n - 1 do
     local i = 2 + 3 * k
     local id = ARGV[i]
     local seq = INT(HALF + ((last - n + 1 + k) % HALF))
-    local event_id = redis.call('XADD', KEYS[5], '*', 'event', 'created', 'id', id,
-                                'state', 'waiting')
-    now = now or string.sub(event_id, 1, string.find(event_id, '-', 1, true) - 1)
     local job_key = base .. 'job:' .. id
     if put then
       local fields = {'state', 'waiting', 'task', ARGV[i + 1], 'seq', seq, 'created_at', now}

@@ -32,10 +32,10 @@
 -- Effects: per created job, in order, what enqueue writes for a plain job
 -- with a given id (docs/protocol.md §6.1): the record (`state` waiting,
 -- `task`, `data` in pieces, `seq`, `created_at`, the options sent; no
--- `req`), its ready entry, a `created` event; its id removed from
--- completed and failed; the wake marker once. An existing id (or one earlier
--- in the same call): nothing, no event. created_at is the millisecond part of
--- the call's first event id; the stream is trimmed only when the call's
+-- `req`), its ready entry; its id removed from completed and failed; one
+-- `created` event naming the call's created jobs (§11); the wake marker once.
+-- An existing id (or one earlier in the same call): nothing, not named.
+-- created_at is the millisecond part of that event's id; the stream is trimmed only when the call's
 -- sequence numbers pass a multiple of 64, as enqueue_new does.
 -- Complexity: O(batch * log N).
 
@@ -116,7 +116,14 @@ reply[1] = count
 -- Pass 2: write. (Written out: a loop or a call per job costs Redis time on
 -- every job: bench/README.md, "The enqueue script".)
 local last = redis.call('HINCRBY', KEYS[2], 'seq', int_text(count))
-local now  -- the call's first event time: "now" for all its jobs
+-- The call's one `created` entry (§11): `id` for one job, else `ids`, space-separated; the
+-- millisecond part of its id is every job's created_at.
+local created = {}
+for k = 1, count do created[k] = ARGV[new[k]] end
+local event_id = redis.call('XADD', KEYS[5], '*', 'event', 'created',
+                            count == 1 and 'id' or 'ids', table.concat(created, ' '),
+                            'state', 'waiting')
+local now = string.sub(event_id, 1, string.find(event_id, '-', 1, true) - 1)
 local ready, ids = {}, {}
 for k = 1, count do
   local i = new[k]
@@ -126,9 +133,6 @@ for k = 1, count do
   -- integers go to redis.call as text: Redis would format a Lua number with
   -- snprintf("%.17g"), a large part of the call's time (common, int_text)
   local seq_text = string.format('%d', seq)
-  local event_id = redis.call('XADD', KEYS[5], '*', 'event', 'created', 'id', id,
-                              'state', 'waiting')
-  now = now or string.sub(event_id, 1, string.find(event_id, '-', 1, true) - 1)
   local options = template.fields
   if #data <= 64 then  -- one data field (put_data would store it whole)
     redis.call('HSET', new_keys[k], 'state', 'waiting', 'task', ARGV[i + 1], 'seq', seq_text,
