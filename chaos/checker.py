@@ -25,6 +25,7 @@ from typing import Any
 import redis
 
 from chaos.ledger import Entry
+from conveyor.client.events import decode_entries
 from conveyor.protocol.keys import QueueKeys
 
 FINISHED = ("completed", "failed")
@@ -83,8 +84,8 @@ def events(client: redis.Redis, queue: str, *, limit: int = 5_000_000) -> Counte
         page = client.xrange(key, min=after, max="+", count=10_000)
         if not page:
             break
-        for _, raw in page:
-            counts[(_text(raw.get(b"event")) or "", _text(raw.get(b"id")) or "")] += 1
+        for event in decode_entries(page):  # an entry may name several jobs (§11)
+            counts[(event.name, event.job_id)] += 1
         seen += len(page)
         after = "(" + _text(page[-1][0])  # type: ignore[operator]
         if len(page) < 10_000 or seen >= limit:

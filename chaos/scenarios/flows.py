@@ -20,6 +20,7 @@ from chaos.checker import Result
 from chaos.harness import ROOT, Scene, admin, settings, wait_until
 from chaos.scenarios import scenario
 from chaos.scenarios.cluster import on_another_master, start_cluster
+from conveyor.client.events import decode_entries
 from conveyor.protocol.keys import QueueKeys
 
 TARGET = "chaos.flow_app:tasks"
@@ -158,9 +159,9 @@ def flow_sigkill(
         elif e.kind == "finish":
             finishes[e.id].append(e)
     events = Counter()
-    for _, raw in p_admin.xrange(pk.events):
-        if raw.get(b"event") in (b"children_done", b"completed"):
-            events[(raw[b"event"].decode(), raw[b"id"].decode())] += 1
+    for event in decode_entries(p_admin.xrange(pk.events)):  # one per job (§11)
+        if event.name in ("children_done", "completed"):
+            events[(event.name, event.job_id)] += 1
     early, incomplete, twice_released, twice_completed = [], [], [], []
     expected = f"{width}:{width * (width + 1) // 2}"
     for pid in ids:

@@ -23,6 +23,7 @@ from chaos.proxy import FaultProxy
 from chaos.races import after_a_stall, clashing, race, run_spans
 from chaos.scenarios import scenario
 from conveyor import JobRequest, Queue
+from conveyor.client.events import decode_entries
 from conveyor.errors import ConveyorError
 from conveyor.protocol.keys import QueueKeys
 
@@ -458,9 +459,9 @@ def _hog_phase(
         [run.attempt for run in hog_runs],
     )
     trail = [
-        f"{raw.get(b'event', b'').decode()}:{raw.get(b'stalls', raw.get(b'attempt', b'')).decode()}"
-        for _, raw in client.xrange(keys.events, count=10_000)
-        if raw.get(b"id", b"").decode() == hog.id
+        f"{event.name}:{event.fields.get('stalls', event.fields.get('attempt', ''))}"
+        for event in decode_entries(client.xrange(keys.events, count=10_000))  # per job (§11)
+        if event.job_id == hog.id
     ]
     return {
         "hog_events": trail,
