@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("pyspark", reason="PySpark is not installed: pip install -e '.[spark]'")
 
 from conveyor import JobState, Queue  # noqa: E402
+from conveyor.client.events import decode_entries  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -217,6 +218,11 @@ def _run_one(redis_client: Any, q: Queue) -> str:
     return job.id
 
 
+def _job_events(redis_client: Any, q: Queue) -> list[tuple[str, str]]:
+    """(event, job id) of every job event, oldest first (an entry may name several, §11)."""
+    return [(e.name, e.job_id) for e in decode_entries(redis_client.xrange(q.core.keys.events))]
+
+
 def test_a_rewrite_skips_existing_ids_in_the_script_without_a_look_up(
     spark: Any, redis_url: str, queue_name: str, redis_client: Any
 ) -> None:
@@ -233,9 +239,12 @@ def test_a_rewrite_skips_existing_ids_in_the_script_without_a_look_up(
         assert first is not None and first.priority == 1000 and first.data["customer"] == 4
         assert "req" not in {k.decode() for k in redis_client.hkeys(q.core.keys.job("order-4"))}
         finished = _run_one(redis_client, q)
-        events = redis_client.xlen(q.core.keys.events)
+        before = _job_events(redis_client, q)
         _write(_orders(spark, 1200), redis_url, queue_name, writeId="second")
-        assert redis_client.xlen(q.core.keys.events) == events + 200  # the 200 new rows only
+        after = _job_events(redis_client, q)
+        assert after[: len(before)] == before
+        new_rows = [("created", f"order-{n}") for n in range(1000, 1200)]
+        assert sorted(after[len(before) :]) == sorted(new_rows)  # the 200 new rows only
         counts = q.counts()
         assert counts[JobState.WAITING] == 1199 and counts[JobState.BLOCKED] == 0
         assert counts[JobState.COMPLETED] == 1
@@ -257,4 +266,4 @@ def test_rows_with_options_enqueue_skip_lacks_go_to_enqueue_and_still_skip(
     with Queue(queue_name, url=redis_url) as q:
         counts = q.counts()
         assert (counts[JobState.WAITING], counts[JobState.DELAYED]) == (150, 150)
-        assert redis_client.xlen(q.core.keys.events) == 300
+        assert len(_job_events(redis_client, q)) == 300
