@@ -292,7 +292,7 @@ local function take(id, score, from)
   redis.call('HSET', job_key, 'attempts', attempt, 'state', 'active', 'token', token,
              'worker', worker, 'started_at', now_text)
   lease(lease_end, id)
-  -- one `active` entry for the call's jobs, added after the loop (write_active)
+  -- one `active` entry for the call's jobs, added after the loop (add_for_jobs)
   claimed_ids[leased + 1], claimed_attempts[leased + 1] = id, attempt
   local group = f[16]
   if group and group ~= '' then
@@ -418,19 +418,6 @@ local function claim_round_robin(n)
   stopped_early = visits >= n + 32
 end
 
--- The call's one `active` entry (§11): a single job's as `id` and `attempt`, several jobs'
--- as `ids` and `attempts`, space-separated in claim order (an id holds no space, §12). One
--- XADD per call, not per job: each costs Redis about as much as the rest of a job's claim.
-local function write_active()
-  if leased == 1 then
-    redis.call('XADD', events, '*', 'event', 'active', 'id', claimed_ids[1],
-               'attempt', claimed_attempts[1], 'worker', worker)
-  else
-    redis.call('XADD', events, '*', 'event', 'active', 'ids', table.concat(claimed_ids, ' '),
-               'attempts', table.concat(claimed_attempts, ' '), 'worker', worker)
-  end
-end
-
 local function earliest(key)
   local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
   if #first > 0 and first[2] ~= 'inf' then due_at(tonumber(first[2])) end
@@ -456,7 +443,9 @@ if limits[1] ~= '1' then
     write_leases()
     if converter then redis.call('ZREM', active, converter) end
     if leased > 0 then
-      write_active()
+      -- the call's one `active` entry: `attempt` or `attempts` in claim order (§11)
+      add_for_jobs(events, 'active', claimed_ids, leased == 1 and 'attempt' or 'attempts',
+                   table.concat(claimed_attempts, ' '), 'worker', worker)
       trim(events, maxlen)
     end
     if leased > 0 and tonumber(limits[3]) then

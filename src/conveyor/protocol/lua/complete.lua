@@ -90,14 +90,9 @@ for i = 2, #ARGV, 3 do
 end
 write_unleases()
 write_kept()  -- before the sweep: a count-capped index counts them
--- The call's one `completed` entry (§11): `id` for one job, else `ids`, space-separated (an
--- id holds no space, §12). One XADD per call, not per job: each costs about as much as the
--- rest of a job's completion.
-if #done_ids == 1 then
-  redis.call('XADD', events, '*', 'event', 'completed', 'id', done_ids[1])
-elseif #done_ids > 1 then
-  redis.call('XADD', events, '*', 'event', 'completed', 'ids', table.concat(done_ids, ' '))
+if #done_ids > 0 then
+  add_for_jobs(events, 'completed', done_ids)  -- the call's one `completed` entry (§11)
+  trim(events, maxlen)
 end
-if #done_ids > 0 then trim(events, maxlen) end
 sweep(completed, now, 2 * #out)
 return out

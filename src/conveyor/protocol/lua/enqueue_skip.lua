@@ -116,13 +116,11 @@ reply[1] = count
 -- Pass 2: write. (Written out: a loop or a call per job costs Redis time on
 -- every job: bench/README.md, "The enqueue script".)
 local last = redis.call('HINCRBY', KEYS[2], 'seq', int_text(count))
--- The call's one `created` entry (§11): `id` for one job, else `ids`, space-separated; the
--- millisecond part of its id is every job's created_at.
+-- The call's one `created` entry (§11); the millisecond part of its id is every job's
+-- created_at.
 local created = {}
 for k = 1, count do created[k] = ARGV[new[k]] end
-local event_id = redis.call('XADD', KEYS[5], '*', 'event', 'created',
-                            count == 1 and 'id' or 'ids', table.concat(created, ' '),
-                            'state', 'waiting')
+local event_id = add_for_jobs(KEYS[5], 'created', created, 'state', 'waiting')
 local now = string.sub(event_id, 1, string.find(event_id, '-', 1, true) - 1)
 local ready, ids = {}, {}
 for k = 1, count do

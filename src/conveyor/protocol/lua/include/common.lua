@@ -96,6 +96,15 @@ local function trim(events, maxlen)
   end
 end
 
+-- One untrimmed entry for a call's jobs (§11): `id` when `ids` holds one, else `ids`, the ids
+-- space-separated (an id holds no space, §12); the fields in `...` follow. One XADD per call,
+-- not per job: each costs Redis about as much as the rest of a job's claim or completion.
+-- Returns the entry's id.
+local function add_for_jobs(events, event, ids, ...)
+  return redis.call('XADD', events, '*', 'event', event, #ids == 1 and 'id' or 'ids',
+                    table.concat(ids, ' '), ...)
+end
+
 local function emit(events, maxlen, ...)
   if reader_floor(events) then
     redis.call('XADD', events, '*', ...)
