@@ -29,8 +29,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -40,11 +38,12 @@ from typing import Any
 
 import redis
 
+from bench.cost import cost_per_job, window_cost
 from bench.stats import percentile
 from bench.systems import EQUAL, ROOT, SPECS, subprocess_env
+from bench.threads import CompletionWatcher, StartGate
 
 POLL = 0.01
-GATE_WAIT = 30.0  # s the start gate waits for every worker process (bench/mark.py)
 WARM_JOBS = 20
 PAYLOAD_100 = "x" * 100
 WINDOW = (0.1, 0.9)  # the steady window: from 10% to 90% of the jobs
@@ -162,44 +161,9 @@ class Ctx:
         }
 
 
-def window_cost(
-    samples: list[tuple[int, dict[str, Any]]],
-    whole: tuple[dict[str, Any], dict[str, Any], int],
-) -> dict[str, Any]:
-    """The steady window's cost per job when both samples were taken at distinct
-    counts, else the whole run's (a tiny N drains between two polls); both are kept."""
-    before, after, n = whole
-    out = {f"{k}_whole_run": v for k, v in cost_per_job(before, after, n).items()}
-    if len(samples) == 2 and samples[1][0] > samples[0][0]:
-        (n0, s0), (n1, s1) = samples
-        out |= cost_per_job(s0, s1, n1 - n0) | {"redis_window": f"jobs {n0}-{n1}"}
-    else:
-        out |= cost_per_job(before, after, n) | {"redis_window": "whole run"}
-    return out
-
-
 def _signal_group(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-
-
-def cost_per_job(before: dict[str, Any], after: dict[str, Any], n: int) -> dict[str, Any]:
-    """Redis server CPU and commands per job between two snapshots.
-
-    Commands run inside scripts are counted too (Redis 7 counts them)."""
-    n = max(n, 1)
-    calls = {
-        k: after["calls"].get(k, 0) - before["calls"].get(k, 0)
-        for k in after["calls"]
-        if after["calls"].get(k, 0) - before["calls"].get(k, 0) > 0
-    }
-    top = sorted(calls.items(), key=lambda kv: -kv[1])[:8]
-    return {
-        "redis_cpu_us_per_job": round((after["cpu"] - before["cpu"]) / n * 1e6, 2),
-        "redis_commands_per_job": round(sum(calls.values()) / n, 2),
-        "scripts_per_job": round((calls.get("evalsha", 0) + calls.get("eval", 0)) / n, 3),
-        "top_commands_per_job": {k: round(v / n, 3) for k, v in top},
-    }
 
 
 # --- scenarios ----------------------------------------------------------------------
@@ -335,59 +299,6 @@ async def process(ctx: Ctx, procs: int) -> dict[str, Any]:
         "concurrency": ctx.env["BENCH_CONCURRENCY"] or "default",
         **window_cost(samples, (before, after, ctx.n)),
     }
-
-
-class StartGate(threading.Thread):
-    """Opens bench/mark.py's start gate once `procs` worker processes wait at
-    it (or after GATE_WAIT s), so that they start the backlog together."""
-
-    def __init__(self, ctx: Ctx, procs: int) -> None:
-        super().__init__(name="bench-gate", daemon=True)
-        self.dir = Path(tempfile.mkdtemp(prefix="gate-", dir=ctx.logdir))
-        self.procs = procs
-        self.waited: float | None = None
-        self.ready = 0
-        ctx.env["BENCH_GATE"] = str(self.dir)
-
-    def run(self) -> None:
-        started = time.monotonic()
-        deadline = started + GATE_WAIT
-        while time.monotonic() < deadline:
-            self.ready = sum(1 for p in self.dir.iterdir() if p.name.startswith("ready-"))
-            if self.ready >= self.procs:
-                break
-            time.sleep(0.001)
-        self.waited = time.monotonic() - started
-        (self.dir / "go").touch()
-
-    def report(self) -> dict[str, Any]:
-        return {"gate_processes_ready": self.ready, "gate_opened_after_s": self.waited}
-
-
-class CompletionWatcher(threading.Thread):
-    """Follows a system's events stream and notes when each `completed` event arrives."""
-
-    def __init__(self, url: str, spec: tuple[str, bytes, bytes, bytes]) -> None:
-        super().__init__(daemon=True, name="bench-completion")
-        self.client = redis.Redis.from_url(url)
-        self.key, self.field, self.value, self.id_field = spec
-        self.seen: dict[str, float] = {}
-        self.stop = threading.Event()
-        last = self.client.xrevrange(self.key, count=1)
-        self.after = last[0][0] if last else b"0-0"
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            reply = self.client.xread({self.key: self.after}, count=1000, block=200)
-            now = time.time()
-            for _, entries in reply or []:
-                for entry_id, fields in entries:
-                    self.after = entry_id
-                    if fields.get(self.field) == self.value:
-                        # Conveyor's one entry for several jobs names them in `ids` (§11)
-                        many = fields.get(b"ids")
-                        for job_id in many.split() if many else [fields.get(self.id_field, b"")]:
-                            self.seen.setdefault(job_id.decode(), now)
 
 
 async def latency(ctx: Ctx) -> dict[str, Any]:

@@ -3,6 +3,7 @@ what one entry per job would hold. Pure: shared by every reader of the stream.""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TypeVar
 
 S = TypeVar("S", str, bytes)
@@ -18,3 +19,13 @@ def job_attempts(ids: S, attempts: S | None) -> list[tuple[S, S | None]]:
     if len(tries) != len(job_ids):
         return [(job_id, None) for job_id in job_ids]
     return list(zip(job_ids, tries, strict=True))
+
+
+def entry_job_ids(fields: Mapping[bytes, bytes]) -> list[bytes]:
+    """The ids of the jobs a raw entry (bytes fields, as redis-py returns them) names: its
+    `ids` field split, else its one `id`, else none (an entry of no job)."""
+    many = fields.get(b"ids")
+    if many is not None:
+        return many.split()
+    one = fields.get(b"id")
+    return [one] if one is not None else []

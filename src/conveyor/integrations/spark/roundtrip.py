@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from conveyor.client.connection import resolve_url
 from conveyor.client.models import QueueSettings
 from conveyor.errors import ValidationError, WaitTimeoutError
+from conveyor.protocol.events import entry_job_ids
 
 from . import store
 from .encode import OPTION_COLUMNS
@@ -204,8 +205,7 @@ def _wait(
         for _stream, entries in reply or ():
             for stream_id, fields in entries:
                 if fields.get(b"event") in _ENDS:
-                    ids = fields.get(b"ids")  # one entry for several jobs (protocol §11)
-                    waiting.difference_update(ids.split() if ids else (fields.get(b"id"),))
+                    waiting.difference_update(entry_job_ids(fields))
                 position = store.stream_id_text(stream_id)
             store.register_consumer(client, keys, reader, position)
 

@@ -1,0 +1,41 @@
+"""Redis's work per job between two snapshots of `INFO cpu` and `INFO commandstats`
+(bench/driver.py's `Ctx` takes them), over the steady window or the whole run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def window_cost(
+    samples: list[tuple[int, dict[str, Any]]],
+    whole: tuple[dict[str, Any], dict[str, Any], int],
+) -> dict[str, Any]:
+    """The steady window's cost per job when both samples were taken at distinct
+    counts, else the whole run's (a tiny N drains between two polls); both are kept."""
+    before, after, n = whole
+    out = {f"{k}_whole_run": v for k, v in cost_per_job(before, after, n).items()}
+    if len(samples) == 2 and samples[1][0] > samples[0][0]:
+        (n0, s0), (n1, s1) = samples
+        out |= cost_per_job(s0, s1, n1 - n0) | {"redis_window": f"jobs {n0}-{n1}"}
+    else:
+        out |= cost_per_job(before, after, n) | {"redis_window": "whole run"}
+    return out
+
+
+def cost_per_job(before: dict[str, Any], after: dict[str, Any], n: int) -> dict[str, Any]:
+    """Redis server CPU and commands per job between two snapshots.
+
+    Commands run inside scripts are counted too (Redis 7 counts them)."""
+    n = max(n, 1)
+    calls = {
+        k: after["calls"].get(k, 0) - before["calls"].get(k, 0)
+        for k in after["calls"]
+        if after["calls"].get(k, 0) - before["calls"].get(k, 0) > 0
+    }
+    top = sorted(calls.items(), key=lambda kv: -kv[1])[:8]
+    return {
+        "redis_cpu_us_per_job": round((after["cpu"] - before["cpu"]) / n * 1e6, 2),
+        "redis_commands_per_job": round(sum(calls.values()) / n, 2),
+        "scripts_per_job": round((calls.get("evalsha", 0) + calls.get("eval", 0)) / n, 3),
+        "top_commands_per_job": {k: round(v / n, 3) for k, v in top},
+    }
