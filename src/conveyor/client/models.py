@@ -78,6 +78,8 @@ class QueueSettings:
 
     prefix: str = "conveyor"
     max_payload: int = DEFAULT_MAX_PAYLOAD
+    # entries of the events stream kept (approximately); an entry may name many jobs
+    # (a claim, a bulk enqueue): docs/guide/jobs.md, "The events stream"
     events_maxlen: int = 10_000
     eviction_check: EvictionCheck = "error"
     defaults: JobDefaults = field(default_factory=JobDefaults)
