@@ -237,9 +237,17 @@ def test_the_network_proxy_delays_close_chunks_by_the_delay_alone(
     """Chunks 0.3 ms apart each leave `delay` after they came in: on asyncio's default epoll
     loop, whose timeouts are whole milliseconds rounded up, the second of two close chunks
     waited a whole millisecond more (median excess 1.2-1.3 ms for the two hops against
-    0.15-0.2 ms with the select loop, 2026-11-25, load average 3)."""
-    delays, _ = _delays_through_proxy(redis_server, 0.020, 0.0003)
-    assert delays[len(delays) // 2] - 0.040 < 0.0007, delays
+    0.15-0.2 ms with the select loop, 2026-11-25, load average 3). That rounding adds its
+    millisecond in every try; a busy host's scheduling only in some (one try of a `make test`
+    on a slow host: median excess 3.9 ms; the same test alone there 0.19-0.25 ms), so the best of
+    three tries is judged."""
+    tries = []
+    for _ in range(3):
+        delays, _ = _delays_through_proxy(redis_server, 0.020, 0.0003)
+        tries.append(delays)
+        if delays[len(delays) // 2] - 0.040 < 0.0007:
+            return
+    pytest.fail(f"median delay per try, s (0.040 is the delay): {[t[len(t) // 2] for t in tries]}")
 
 
 def test_the_network_proxy_delays_every_chunk_by_the_delay_and_no_more(
