@@ -38,7 +38,7 @@ from typing import Any
 
 import redis
 
-from bench.cost import cost_per_job, window_cost
+from bench.cost import cost_per_job, sessions_cpu, window_cost
 from bench.stats import percentile
 from bench.systems import EQUAL, ROOT, SPECS, subprocess_env
 from bench.threads import CompletionWatcher, StartGate
@@ -155,10 +155,14 @@ class Ctx:
             for k, v in commands.items()
             if k != "cmdstat_info"  # the harness's own sampling
         }
-        return {
+        stats = {
             "cpu": float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]),
+            "cpu_sys": float(cpu["used_cpu_sys"]),
             "calls": calls,
         }
+        if self.workers:  # each worker leads its own session (spawn)
+            stats["workers_cpu"] = sessions_cpu({p.pid for p, _ in self.workers})
+        return stats
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -30,7 +30,7 @@ PROCESS_TARGET = 5.0  # x the fastest peer row, at defaults and at equal concurr
 NET_PROCESS_TARGET = 10.0  # x the fastest peer row with 1 ms added each way
 NET_P50_MS = 3.0
 REDIS_CPU_PER_PROCESSED_US = 10.0
-COST = ("redis_cpu_us_per_job", "redis_commands_per_job")
+COST = ("redis_cpu_us_per_job", "redis_commands_per_job", "worker_cpu_us_per_job")
 
 
 def brief(result: dict[str, Any]) -> str:
@@ -455,13 +455,18 @@ def _cost_table(records: dict[tuple[str, str], dict[str, Any]], systems: list[st
         "",
         "`INFO cpu` (used_cpu_sys + used_cpu_user) and `INFO commandstats` when 10% and when "
         "90% of the jobs were done (processing) or sent (single enqueue), divided by the jobs "
-        "in between; bulk: the whole call. Commands inside scripts count too. Medians over reps.",
+        "in between; bulk: the whole call. Commands inside scripts count too. Worker CPU: "
+        "the worker processes' user + system time (with their children's) from `/proc` at "
+        "the same two moments, per job (the handler's mark included, the same for every "
+        "system). Medians over reps.",
         "",
         *_table(records, systems, [
             ("processed, defaults: CPU µs", "process_1proc", "redis_cpu_us_per_job", 1),
             ("commands", "process_1proc", "redis_commands_per_job", 1),
+            ("worker CPU µs", "process_1proc", "worker_cpu_us_per_job", 1),
             ("processed, c100: CPU µs", "process_1proc_c100", "redis_cpu_us_per_job", 1),
             ("commands", "process_1proc_c100", "redis_commands_per_job", 1),
+            ("worker CPU µs", "process_1proc_c100", "worker_cpu_us_per_job", 1),
             ("enqueued one at a time: CPU µs", "enqueue_single", "redis_cpu_us_per_job", 1),
             ("commands", "enqueue_single", "redis_commands_per_job", 1),
             ("enqueued in bulk: CPU µs", "enqueue_bulk", "redis_cpu_us_per_job", 1),

@@ -75,6 +75,12 @@ def test_bench_runs_on_a_tiny_n(tmp_path: Path, redis_binary: str) -> None:
     for scenario in ("enqueue_single", "enqueue_bulk", "process_1proc", "process_1proc_c100"):
         positive("conveyor", scenario, "redis_cpu_us_per_job")
         positive("conveyor", scenario, "redis_commands_per_job")
+    for scenario in ("process_1proc", "process_1proc_c100"):
+        run = records[("conveyor", scenario)]["runs"][0]
+        assert 0 <= run["redis_sys_cpu_us_per_job"] <= run["redis_cpu_us_per_job"], run
+        # the workers' CPU is sampled inside the window only (not from before they started)
+        sampled = run["redis_window"] != "whole run"
+        assert ("worker_cpu_us_per_job" in run) == sampled, run
     for scenario in ("process_2proc", "process_2proc_c100"):  # both start at the gate
         run = records[("conveyor", scenario)]["runs"][0]
         assert run["gate_processes_ready"] == 2, run

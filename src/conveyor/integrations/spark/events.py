@@ -141,7 +141,11 @@ _STREAM_FIELD = {"job_id": b"id"}
 
 def _batch(entries: list[Any], schema: pa.Schema, queue: str) -> pa.RecordBatch:
     """One row per job event: an entry naming several jobs (`ids`, protocol §11) gives a
-    row for each, all with the entry's stream id and time and its other fields."""
+    row for each, all with the entry's stream id and time and its other fields.
+
+    The rows `conveyor.client.events.decode_entries` gives (a test holds the two to the
+    same rows), built column by column: through that decoder's Event per job, a page of
+    1,000 entries of 50 jobs took 5.4x as long (176 against 33 ms, 2026-11-29)."""
     import pyarrow as pa
 
     values: dict[str, list[Any]] = {f.name: [] for f in schema}
