@@ -1,4 +1,5 @@
-"""Profile Conveyor's hot paths on a private redis-server (bench/README.md, "Profiles").
+"""Profile Conveyor's hot paths on a private redis-server (bench/ROUNDS.md, "Where the
+time goes").
 
     .venv/bin/python -m bench.profile worker   [--n 50000] [--concurrency 100]
     .venv/bin/python -m bench.profile enqueue  [--n 20000]

@@ -195,7 +195,7 @@ class QueueCore(CoreViews):
         call's job ids. Every job is validated first: a bad one writes
         nothing. Jobs that are all plain go as enqueue_new calls built
         straight from their ids, tasks and data: no JobSpec or tuple per job
-        for the garbage collector to walk (bench/README.md, "Enqueue, bulk").
+        for the garbage collector to walk (bench/ROUNDS.md, "Enqueue, bulk").
         With if_exists="skip" every call is an enqueue_skip call."""
         if type(chunk_size) is not int or chunk_size < 1:
             raise ValidationError(f"chunk_size must be a positive int, got {chunk_size!r}")
