@@ -29,8 +29,8 @@ if str(ROOT) not in sys.path:
 
 from bench import mark  # noqa: E402
 from bench.__main__ import main  # noqa: E402
-from bench.report import best_peer_ratios  # noqa: E402
 from bench.systems import ENQUEUE_SINGLE, SCENARIOS, applies, plan  # noqa: E402
+from bench.targets import best_peer_ratios  # noqa: E402
 from bench.venv import ensure_peer_venv  # noqa: E402
 
 FIELDS = {"system", "scenario", "jobs_per_s", "p50_ms", "p99_ms", "bytes_per_job", "runs"}

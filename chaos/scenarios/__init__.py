@@ -43,6 +43,7 @@ MODULES = (
     "soak",
     "execution",
     "round2",
+    "memory",
     "semantics",
     "sentinel",
 )
