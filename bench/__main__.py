@@ -38,6 +38,7 @@ from bench.systems import (
     subprocess_env,
     venv_dir,
     venv_group,
+    with_stand_ins,
 )
 from bench.venv import ensure_venv, versions
 from conveyor.integrations.redis_server import RedisProcess, find_redis_server
@@ -74,7 +75,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.reps = 1 if "--reps" not in given else args.reps
         args.enqueue_reps = 1 if "--enqueue-reps" not in given else args.enqueue_reps
     args.systems = _names(args.systems, SYSTEMS, "system")
-    args.scenarios = _names(args.scenarios, SCENARIOS, "scenario")
+    asked = _names(args.scenarios, SCENARIOS, "scenario")
+    args.scenarios = with_stand_ins(args.systems, asked)
+    for added in (sc for sc in args.scenarios if sc not in asked):
+        print(f"bench: adding {added}: it stands in for the thread-pool peers at c100")
     return args
 
 

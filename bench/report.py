@@ -17,8 +17,9 @@ from bench.systems import (
     ROOT,
     SPECS,
     SUBJECT,
+    stand_in,
 )
-from bench.targets import record, stand_in, targets
+from bench.targets import record, targets
 from bench.venv import peer_python
 
 

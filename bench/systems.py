@@ -167,6 +167,26 @@ def applies(system: str, scenario: str) -> str | None:
     return None
 
 
+def stand_in(peer: str, scenario: str) -> str:
+    """The scenario whose figure counts for `peer` in `scenario`: in the equal-concurrency
+    scenarios a thread-pool peer (no asyncio concurrency setting) counts with its defaults."""
+    if SPECS[scenario].c100 and peer not in ASYNC_CAPABLE:
+        return scenario.replace("_c100", "")
+    return scenario
+
+
+def with_stand_ins(systems: list[str], scenarios: list[str]) -> list[str]:
+    """`scenarios` with, before each equal-concurrency one, the scenario that stands in for
+    a thread-pool peer among `systems` there, when it was not asked for: without it that
+    peer would silently drop out of the ratio."""
+    out: list[str] = []
+    for scenario in scenarios:
+        needed = {stand_in(system, scenario) for system in systems if system != SUBJECT}
+        out += [sc for sc in sorted(needed - {scenario}) if sc not in scenarios and sc not in out]
+        out.append(scenario)
+    return out
+
+
 def python_for(system: str) -> Path:
     """Conveyor and the ceiling run in Conveyor's venv, each peer in its own group's."""
     group = venv_group(system)

@@ -8,13 +8,13 @@ from typing import Any
 
 from bench.stats import median
 from bench.systems import (
-    ASYNC_CAPABLE,
     ASYNC_ONLY,
     PER_JOB_STATE,
     REDIS,
     SPECS,
     SUBJECT,
     applies,
+    stand_in,
 )
 
 FIELDS = ("jobs_per_s", "p50_ms", "p99_ms", "bytes_per_job")
@@ -70,14 +70,6 @@ def per_rep(runs: dict[tuple[str, str], list[dict[str, Any]]], system: str, scen
         for r in runs.get((system, scenario), [])
         if "error" not in r and r.get(key) is not None
     }
-
-
-def stand_in(peer: str, scenario: str) -> str:
-    """The scenario whose figure counts for `peer` in `scenario`: in the equal-concurrency
-    scenarios a thread-pool peer (no asyncio concurrency setting) counts with its defaults."""
-    if SPECS[scenario].c100 and peer not in ASYNC_CAPABLE:
-        return scenario.replace("_c100", "")
-    return scenario
 
 
 def best_peer_ratios(

@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:
 
 from bench import mark  # noqa: E402
 from bench.__main__ import main  # noqa: E402
-from bench.systems import ENQUEUE_SINGLE, SCENARIOS, applies, plan  # noqa: E402
+from bench.systems import ENQUEUE_SINGLE, SCENARIOS, applies, plan, with_stand_ins  # noqa: E402
 from bench.targets import best_peer_ratios  # noqa: E402
 from bench.venv import ensure_peer_venv  # noqa: E402
 
@@ -174,6 +174,21 @@ def test_the_flows_bench_runs_on_a_tiny_n(
     for what in ("plain jobs", "fan-out of 60 + fan-in", "15 chains of 4 steps"):
         assert f"conveyor  {what}" in out
     assert "a plain job's Redis time" in out
+
+
+def test_asking_for_an_equal_concurrency_scenario_also_runs_what_stands_in_for_a_thread_pool_peer(
+) -> None:  # fmt: skip
+    # without process_2proc, huey would drop out of process_2proc_c100's ratio unseen
+    assert with_stand_ins(["conveyor", "huey@redis5", "taskiq"], ["process_2proc_c100"]) == [
+        "process_2proc", "process_2proc_c100"]  # fmt: skip
+    assert with_stand_ins(["conveyor", "huey"], ["process_1proc_net_c100", "latency"]) == [
+        "process_1proc_net", "process_1proc_net_c100", "latency"]  # fmt: skip
+    # asked for already, or no thread-pool peer: nothing added
+    both = ["process_1proc", "process_1proc_c100"]
+    assert with_stand_ins(["conveyor", "huey"], both) == both
+    assert with_stand_ins(["conveyor", "taskiq", "saq"], ["process_2proc_c100"]) == [
+        "process_2proc_c100"]  # fmt: skip
+    assert with_stand_ins(["conveyor", "huey"], ["enqueue_single"]) == ["enqueue_single"]
 
 
 def test_a_thread_pool_peer_counts_with_its_defaults_in_the_equal_concurrency_ratio() -> None:
