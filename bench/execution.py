@@ -41,6 +41,7 @@ from typing import Any
 import psutil
 import redis
 
+from bench.cost import sessions_cpu
 from bench.execution_tasks import cpu_job
 from bench.systems import PEER_VENV, ROOT
 from conveyor.client.models import JobRequest
@@ -94,16 +95,6 @@ def _plain_2proc(n: int, loops: int) -> float:
         return n / (time.perf_counter() - t0)
 
 
-def _tree_cpu(root: psutil.Process) -> float:
-    """CPU seconds used so far by a process and its live descendants."""
-    total = 0.0
-    for proc in [root, *root.children(recursive=True)]:
-        with contextlib.suppress(psutil.Error):
-            times = proc.cpu_times()
-            total += times.user + times.system
-    return total
-
-
 class Marks:
     """bench.mark's keys on the mark database: how many started, first and last start."""
 
@@ -154,11 +145,12 @@ def _drain(
         start_new_session=True,
     )
     try:
-        tree = psutil.Process(worker.pid)
+        # the worker leads its session: its children's CPU counts, ended ones' included
+        session = {worker.pid}
         marks.wait(1, 60)
-        cpu0, done0 = _tree_cpu(tree), marks.done()  # from the first job: no start-up
+        cpu0, done0 = sessions_cpu(session), marks.done()  # from the first job: no start-up
         ok = marks.wait(n, 300)
-        cpu_ms = (_tree_cpu(tree) - cpu0) / max(1, marks.done() - done0) * 1000
+        cpu_ms = (sessions_cpu(session) - cpu0) / max(1, marks.done() - done0) * 1000
         return {
             "jobs_per_s": (n - 1) / marks.span() if ok else None,
             "drained": ok,
