@@ -149,6 +149,29 @@ def test_pipeline_end_to_end_writes_the_report(
     assert all(e["events"] == ["failed"] for e in blocked)
 
 
+def test_report_counts_a_job_archived_and_still_live_once(
+    spark: Any, redis_url: str, queue_name: str, worker_runner: Any, tmp_path: Path
+) -> None:
+    """An archive that stopped after its Parquet commit leaves its jobs in Redis too: the
+    report over the archive and the live queue counts each of them once."""
+    from conveyor.integrations.spark.archive import archive
+    from conveyor.integrations.spark.report import report
+
+    path = str(tmp_path / "archive")
+    _finish(redis_url, queue_name, worker_runner, [f"c{n}" for n in range(40)])
+    with pytest.raises(RuntimeError, match="fail_after_write"):
+        archive(spark, redis_url, path, [queue_name], fail_after_write=True)
+    assert spark.read.parquet(path).count() == 40
+
+    both = report(spark, str(tmp_path / "both"), archive_path=path, url=redis_url,
+                  queues=[queue_name])  # fmt: skip
+    alone = report(spark, str(tmp_path / "alone"), archive_path=path)
+    live = report(spark, str(tmp_path / "live"), url=redis_url, queues=[queue_name])
+    for paths in (both, alone, live):
+        assert paths.summary["totals"]["jobs"] == 40
+        assert paths.summary["totals"]["failed"] == 4  # items 0, 10, 20, 30
+
+
 def test_report_over_archive_only(spark: Any, redis_url: str, tmp_path: Path) -> None:
     from conveyor.integrations.spark.report import report
 

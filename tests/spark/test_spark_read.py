@@ -151,6 +151,30 @@ def test_read_events_batch(spark: Any, redis_url: str, mixed_queue: dict[str, An
     assert "bad input" in failed["error"]
 
 
+def test_read_events_a_row_per_entry(
+    spark: Any, redis_url: str, mixed_queue: dict[str, Any]
+) -> None:
+    """rows=entries: a row per stream entry, `jobs` the job events it stands for."""
+    from pyspark.sql import functions as F
+
+    def read(**options: str) -> Any:
+        reader = spark.read.format("conveyor_events").option("url", redis_url)
+        return reader.option("queue", mixed_queue["queue"]).options(**options).load()
+
+    with Queue(mixed_queue["queue"], url=redis_url) as q:
+        entries = q.client.xlen(q.core.keys.events)
+    per_entry = read(rows="entries", numPartitions="3", pageSize="7")
+    assert per_entry.count() == entries
+    weighed = per_entry.groupBy("event").agg(F.sum("jobs").alias("n")).collect()
+    assert {r["event"]: r["n"] for r in weighed} == {
+        "created": 100, "active": 50, "completed": 40, "failed": 10}  # fmt: skip
+    assert read(rows="jobs").agg(F.sum("jobs")).first()[0] == read().count() == 200
+    several = per_entry.where("jobs > 1").collect()
+    assert several and all(r["job_id"] is None and r["attempt"] is None for r in several)
+    with pytest.raises(Exception, match="rows='each'"):
+        read(rows="each").collect()
+
+
 def test_read_whole_data_stored_in_pieces(spark: Any, redis_url: str, queue_name: str) -> None:
     """Data over 64 bytes is stored in pieces (protocol §4.1): rows carry it whole, decoded."""
     import json

@@ -38,7 +38,7 @@ _BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600
 # (data and result are most of a job's bytes).
 _JOB_COLUMNS = ("queue", "id", "task", "priority", "state", "attempts", "stalls", "run_at",
                 "started_at", "finished_at", "error")  # fmt: skip
-_EVENT_COLUMNS = ("event", "at", "error")
+_EVENT_COLUMNS = ("event", "at", "error", "jobs")
 _SCHEMAS = {
     "conveyor": ddl([c for c in JOBS_COLUMNS if c[0] in _JOB_COLUMNS]),
     "conveyor_events": ddl([c for c in EVENTS_COLUMNS if c[0] in _EVENT_COLUMNS]),
@@ -73,8 +73,10 @@ def _archived(spark: SparkSession, path: str | None) -> DataFrame | None:
     return data.select(*_JOB_COLUMNS)
 
 
-def _live(spark: SparkSession, url: str, queues: Sequence[str], prefix: str, fmt: str) -> Any:
-    reader = spark.read.format(fmt).schema(_SCHEMAS[fmt]).option("url", url)
+def _live(
+    spark: SparkSession, url: str, queues: Sequence[str], prefix: str, fmt: str, **options: str
+) -> Any:
+    reader = spark.read.format(fmt).schema(_SCHEMAS[fmt]).option("url", url).options(**options)
     frames = [reader.option("queue", q).option("prefix", prefix).load() for q in queues]
     if not frames:
         return None
@@ -190,10 +192,11 @@ _COUNTED = ("created", "completed", "failed", "retried")
 
 
 def _activity(timed: DataFrame) -> tuple[dict[str, int], dict[str, Any], list[dict[str, Any]]]:
-    """Counts by kind, throughput and top errors of `timed` (columns kind, us, error), from
-    one aggregation: per kind, second and error (first line, numbers masked as `#`) the
-    count, the first and last microsecond and an example line. A few thousand rows reach
-    the driver whatever the number of events, and the events are read once, uncached."""
+    """Counts by kind, throughput and top errors of `timed` (columns kind, us, error and
+    jobs, the job events a row stands for), from one aggregation: per kind, second and
+    error (first line, numbers masked as `#`) the count, the first and last microsecond and
+    an example line. A few thousand rows reach the driver whatever the number of events,
+    and the events are read once, uncached."""
     from pyspark.sql import functions as F
 
     line = F.substring(F.split(F.col("error"), "\n").getItem(0), 1, 200)
@@ -205,7 +208,7 @@ def _activity(timed: DataFrame) -> tuple[dict[str, int], dict[str, Any], list[di
             F.regexp_replace("line", r"\d+", "#").alias("error"),
         )
         .agg(
-            F.count("*").alias("n"),
+            F.sum("jobs").alias("n"),
             F.min("us").alias("lo"),
             F.max("us").alias("hi"),
             F.min("line").alias("example"),
@@ -288,15 +291,40 @@ def event_activity(
 ) -> Activity:
     """The events' part of the report on its own (`summarize(activity=...)` takes it). Once
     no worker writes to the queues any more their events are final, so this can run while
-    the same session does other work: the pipeline reads the events during the archive."""
+    the same session does other work: the pipeline reads the events during the archive.
+    It reads a row per stream entry (`rows=entries`) and weighs it by its jobs: the same
+    counts as a row per job event, from about 37,000 rows instead of 3 million in the
+    pipeline (docs/spark-rounds.md, "Round eleven")."""
     from pyspark.sql import functions as F
 
     from . import register
 
     register(spark)
-    events = _live(spark, url, queues, prefix, "conveyor_events")
-    timed = events.select(F.col("event").alias("kind"), F.unix_micros("at").alias("us"), "error")
+    events = _live(spark, url, queues, prefix, "conveyor_events", rows="entries")
+    timed = events.select(
+        F.col("event").alias("kind"), F.unix_micros("at").alias("us"), "error", "jobs"
+    )
     return Activity(*_activity(timed))
+
+
+def _jobs(archived: DataFrame | None, live: DataFrame | None) -> DataFrame | None:
+    """The archived and the live jobs, each once, with their wait and run times. The live
+    jobs are deduplicated, against the archive (a job archived but not yet removed is in
+    both) and against themselves (a read pages by rank, so a job can be met twice when the
+    index shifts under it). The archive alone is not: each job is in it once (a re-run
+    neither loses nor duplicates one, `archive.py`), and the shuffle a dedupe takes was 4.4
+    of a cold report's 9.9 s over 1,000,000 archived jobs (docs/spark-rounds.md, "Round
+    eleven")."""
+    if live is None:
+        jobs = archived
+    else:
+        union = live if archived is None else archived.unionByName(live)
+        jobs = union.dropDuplicates(["queue", "id", "finished_at"])
+    if jobs is None:
+        return None
+    return jobs.withColumn("wait", _seconds("started_at", "run_at")).withColumn(
+        "run", _seconds("finished_at", "started_at")
+    )
 
 
 def summarize(
@@ -320,15 +348,7 @@ def summarize(
     live = _live(spark, url, queues, prefix, "conveyor") if url and live_jobs else None
     if activity is None and url and queues:
         activity = event_activity(spark, url, queues, prefix)
-    parts = [p for p in (archived, live) if p is not None]
-    jobs = None
-    if parts:
-        jobs = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
-        jobs = (
-            jobs.dropDuplicates(["queue", "id", "finished_at"])
-            .withColumn("wait", _seconds("started_at", "run_at"))
-            .withColumn("run", _seconds("finished_at", "started_at"))
-        )
+    jobs = _jobs(archived, live)
     summary: dict[str, Any] = {
         "report_version": REPORT_VERSION,
         "generated_at": datetime.now(UTC).isoformat(),
@@ -338,8 +358,9 @@ def summarize(
         # no events: finish times and errors of the jobs, read twice
         jobs = jobs.cache()
         timed = jobs.select(
-            F.col("state").alias("kind"), F.unix_micros("finished_at").alias("us"), "error"
-        )
+            F.col("state").alias("kind"), F.unix_micros("finished_at").alias("us"), "error",
+            F.lit(1).alias("jobs"),
+        )  # fmt: skip
         counts, throughput, errors = _activity(timed)
     elif activity is not None:
         counts, throughput, errors = activity.counts, activity.throughput, activity.errors

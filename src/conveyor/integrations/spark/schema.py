@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 JOBS_SCHEMA_VERSION = 1
-EVENTS_SCHEMA_VERSION = 1
+EVENTS_SCHEMA_VERSION = 2  # 2: `jobs`
 
 # (name, Spark SQL type, nullable). Kinds for Arrow: see `column`.
 JOBS_COLUMNS: tuple[tuple[str, str, bool], ...] = (
@@ -66,6 +66,8 @@ EVENTS_COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("progress", "double", True),
     ("delay_ms", "bigint", True),
     ("stalls", "int", True),
+    # how many job events the row stands for: 1, or with rows=entries the jobs its entry names
+    ("jobs", "int", False),
 )
 
 # Columns a batch or streaming write understands; every other column is payload.
