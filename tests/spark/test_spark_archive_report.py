@@ -77,6 +77,16 @@ def test_archive_moves_finished_jobs_and_reruns_are_safe(
         assert (result.recovered_runs, result.removed, result.archived) == (0, 50, 50)
         assert seen == [(queue_name, 50, 50)]
 
+    # the copy's concurrent writers were set for it alone
+    from conveyor.integrations.spark.archive import WRITERS_CONF
+
+    assert spark.conf.get(WRITERS_CONF, None) is None
+    spark.conf.set(WRITERS_CONF, "1")  # a session's own choice is left alone
+    try:
+        (result,) = archive(spark, redis_url, path, [queue_name])
+        assert result.archived == 0 and spark.conf.get(WRITERS_CONF) == "1"
+    finally:
+        spark.conf.unset(WRITERS_CONF)
     data = spark.read.parquet(path)
     rows = data.select("id", "state", "queue", "day", "finished_at", "result").collect()
     assert len(rows) == 350 and len({r["id"] for r in rows}) == 350
