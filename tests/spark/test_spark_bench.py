@@ -1,0 +1,28 @@
+"""The Spark benchmark's own counts (`conveyor.integrations.spark.bench`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark", reason="PySpark is not installed: pip install -e '.[spark]'")
+
+from conveyor import JobRequest, Queue  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+
+def test_the_events_rate_counts_job_events_not_stream_entries(
+    redis_client: Any, redis_url: str, queue_name: str
+) -> None:
+    """A bulk call writes one entry naming its jobs (protocol §11): the events read's
+    rows/s divides the rows the read gives, not `XLEN`."""
+    from conveyor.integrations.spark.bench import _job_events
+
+    with Queue(queue_name, url=redis_url) as q:
+        q.enqueue_many([JobRequest("t", n) for n in range(1200)], chunk_size=500)
+        q.enqueue("t", "one")
+        key = q.core.keys.events
+    assert redis_client.xlen(key) == 4
+    assert _job_events(redis_client, key) == 1201
