@@ -54,8 +54,9 @@ WORKER_NICENESS = 5
 # jobs one claim script and one outcome batch carry; the pipeline's handler is quick, and
 # bigger batches cost Redis fewer µs per job. The 1,000,000-row pipeline on 2 cores: the
 # drain after the write 42.0 and 55.6 s at 64, 23.9 to 25.4 s at 256 (docs/spark-rounds.md,
-# "Round seven").
-WORKER_CONCURRENCY = 256
+# "Round seven"); the whole pipeline 65.3-65.5 s at 512 against 66.4-70.9 at 256 on a host
+# nearer the quiet one, alternating ("Round eleven").
+WORKER_CONCURRENCY = 512
 
 
 @dataclass(slots=True)
