@@ -313,7 +313,7 @@ def test_the_demos_concurrency_is_optional_and_refused_below_one() -> None:
     assert parse([]).concurrency is None
     assert parse(["--concurrency", "8"]).concurrency == 8
     assert slots(parse([]), CORE_CONCURRENCY) == 50
-    assert slots(parse([]), WORKER_CONCURRENCY) == 256
+    assert slots(parse([]), WORKER_CONCURRENCY) == 512
     assert slots(parse(["--concurrency", "8"]), WORKER_CONCURRENCY) == 8
     with pytest.raises(SystemExit):
         parse(["--concurrency", "0"])
