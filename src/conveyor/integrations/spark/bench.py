@@ -184,13 +184,14 @@ def measure(
 
 
 def _job_events(client: Any, key: str) -> int:
-    """The rows a read of the stream gives: one per job an entry names (protocol §11). Its
-    `XLEN` counts entries, which since one entry per call are a 500th of the rows here."""
-    from conveyor.client.events import decode_entries
+    """The rows a read of the stream gives: one per job an entry names, one for an entry
+    naming none (protocol §11). Its `XLEN` counts entries, which since one entry per call
+    are a 500th of the rows here."""
+    from conveyor.protocol.events import entry_job_ids
 
     rows, low = 0, "-"
     while entries := client.xrange(key, low, "+", count=10_000):
-        rows += len(decode_entries(entries))
+        rows += sum(max(1, len(entry_job_ids(fields))) for _, fields in entries)
         low = "(" + entries[-1][0].decode()
     return rows
 
