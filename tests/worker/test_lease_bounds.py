@@ -57,9 +57,9 @@ def test_a_worker_never_holds_more_leases_than_its_concurrency(
 
 
 def _drain_through_latency(
-    proxy: FaultProxy, redis_client: redis.Redis, queue_name: str, jobs: int
+    proxy: FaultProxy, redis_client: redis.Redis, queue_name: str, jobs: int, concurrency: int = 4
 ) -> tuple[list[int], int, int]:
-    """`jobs` quick jobs run by a worker of concurrency 4 through 20-40 ms each
+    """`jobs` quick jobs run by a worker of `concurrency` through 20-40 ms each
     way; what ran, the most leases sampled on Redis at once, and the samples."""
     proxy.set_latency(0.02, 0.04)
     tasks = Tasks(queue_name, url=proxy.url)
@@ -76,7 +76,7 @@ def _drain_through_latency(
     runner = WorkerRunner(proxy.url)
     sampler.start()
     try:
-        runner.start(tasks, concurrency=4, lease=10)
+        runner.start(tasks, concurrency=concurrency, lease=10)
         wait_until(lambda: len(done) == jobs, timeout=120)
         wait_until(lambda: redis_client.zcard(keys.active) == 0, timeout=30)
     finally:
@@ -171,21 +171,42 @@ def _count_writes_in_flight(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return most
 
 
-def test_across_a_slow_link_two_turns_of_the_slots_are_in_flight(
+def _count_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Patch the ack writer to note the size of every batch it writes."""
+    from conveyor.worker import acks
+
+    sizes: list[int] = []
+    own_write = acks.AckBuffer._write
+
+    async def noted(self: acks.AckBuffer, batch: list[acks.Outcome]) -> None:
+        sizes.append(len(batch))
+        await own_write(self, batch)
+
+    monkeypatch.setattr(acks.AckBuffer, "_write", noted)
+    return sizes
+
+
+def test_across_a_slow_link_the_slots_go_round_in_turns(
     proxy: FaultProxy, redis_client: redis.Redis, queue_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Issue 21: through 20-40 ms each way the slots go round in two turns, two
-    # batches of outcomes (each with a claim behind it) on the wire at once, so
-    # the jobs of one turn run while the other's round trip is out. Claims count
-    # the outcomes written ahead of them on the connection as free, and every
-    # claim in flight as held: never more than four leases (sampled on Redis).
-    # Before: one batch in flight at a time.
+    # Issue 21: through 20-40 ms each way the six slots go round in three turns of
+    # two, three batches of outcomes (each with a claim behind it) on the wire at
+    # once, so the jobs of one turn run while the others' round trips are out,
+    # and no batch carries more than a turn's share (turns that end together are
+    # written apart, so they stay three). Claims count the outcomes written ahead
+    # of them on the connection as free, and every claim in flight as held: never
+    # more than six leases (sampled on Redis). Before: one batch in flight at a time.
+    from conveyor.worker.acks import TURNS
+
+    sizes = _count_batches(monkeypatch)
     writes = _count_writes_in_flight(monkeypatch)
-    done, most, samples = _drain_through_latency(proxy, redis_client, queue_name, 200)
-    assert sorted(done) == list(range(200))
+    done, most, samples = _drain_through_latency(proxy, redis_client, queue_name, 240, 6)
+    assert sorted(done) == list(range(240))
     assert samples > 100
-    assert writes[0] >= 2, f"at most {writes[0]} batch(es) of outcomes in flight at once"
-    assert 1 <= most <= 4, f"{most} leases held at once with concurrency 4"
+    assert TURNS == 3
+    assert writes[0] >= 3, f"at most {writes[0]} batch(es) in flight at once, of {set(sizes)}"
+    assert max(sizes) <= 2, f"batches of {sorted(set(sizes))} outcomes: a turn's share is 2"
+    assert 1 <= most <= 6, f"{most} leases held at once with concurrency 6"
 
 
 def test_on_loopback_the_slots_go_round_in_one_turn(
@@ -214,7 +235,7 @@ def test_on_loopback_the_slots_go_round_in_one_turn(
     assert writes[0] == 1
 
 
-@pytest.mark.parametrize(("slow_pings", "turns"), [(5, 1), (99, 2)])
+@pytest.mark.parametrize(("slow_pings", "turns"), [(5, 1), (99, 3)])
 def test_the_round_trip_probe_ends_at_the_first_fast_ping(
     redis_client: redis.Redis,
     queue_name: str,
@@ -224,9 +245,9 @@ def test_the_round_trip_probe_ends_at_the_first_fast_ping(
 ) -> None:
     # A loaded host once answered five loopback PINGs in 0.5 ms or more each
     # (CI): a busy moment, not a network. The probe now stops at the first fast
-    # answer, of up to ten; only ten slow ones make two turns. The first
+    # answer, of up to ten; only ten slow ones make turns (three). The first
     # `slow_pings` PINGs of the worker's own wire wait 1 ms before going out.
-    # Five slow ones made the old five-PING probe choose two turns. An unslowed
+    # Five slow ones made the old five-PING probe choose turns. An unslowed
     # PING may itself be slow on a loaded host, so the count after the slowed
     # ones is bounded, not exact.
     from conveyor.client.wire import AsyncWire

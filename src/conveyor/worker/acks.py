@@ -33,10 +33,10 @@ log = logging.getLogger("conveyor.worker")
 Outcome = tuple[str, str, Ended]  # id, token, outcome
 
 # Batches in flight at once when claims ride behind them over one ordered
-# connection and the round trip is long (claiming.SPLIT_AT): two keep a turn
-# of the slots running while the other's round trip is out (bench/README.md,
-# "A network"). Otherwise one at a time.
-TURNS = 2
+# connection and the round trip is long (claiming.SPLIT_AT): the jobs of one
+# turn of the slots run while the others' round trips are out. Three beat two
+# and four with 1 ms each way (bench/README.md, "A network"). Otherwise one.
+TURNS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +50,14 @@ class Ride:
 
 class Rider(Protocol):
     """What the ack writer asks of the claim loop (claiming.Rider): a claim to
-    send behind a batch of `acked` outcomes, or None; and how many batches may
-    be in flight at once."""
+    send behind a batch of `acked` outcomes, or None; how many batches may be
+    in flight at once; and a turn's share of the slots."""
 
     @property
     def turns(self) -> int: ...
+
+    @property
+    def share(self) -> int: ...
 
     def __call__(self, acked: int) -> Ride | None: ...
 
@@ -109,7 +112,7 @@ class AckBuffer:
                 self._wake.clear()
                 if self._writing >= self.depth:
                     continue  # the end of a batch in flight wakes us
-                batch, self._pending = self._pending, []
+                batch = self._next_batch()
                 if not batch:
                     if not self._writing:
                         self._idle.set()
@@ -126,6 +129,20 @@ class AckBuffer:
         finally:  # cancelled (the pool closes): so are the batches in flight
             for send in list(self._sends):
                 send.cancel()
+
+    def _next_batch(self) -> list[Outcome]:
+        """Everything pending; with several batches in flight, a turn's share at
+        most: outcomes of two turns that ended together go as two writes, each
+        with a claim for its turn behind it, so the turns stay apart. (One write
+        of both would bring back one turn's claim, and the slots of the other
+        would wait a round trip more for the claim loop's own.)"""
+        pending = self._pending
+        share = self.rider.share if self.rider is not None and self.depth > 1 else 0
+        if share and len(pending) > share:
+            self._pending = pending[share:]
+            return pending[:share]
+        self._pending = []
+        return pending
 
     async def _send(self, batch: list[Outcome]) -> None:
         try:

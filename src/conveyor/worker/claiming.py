@@ -106,13 +106,33 @@ class ClaimLoop:
         log.debug("round trip %.2f ms: %d turn(s) of the slots", shortest * 1000, turns)
 
     def _low_water(self, capacity: int) -> int:
-        """Free slots worth a claim: half of them, or a turn's share."""
-        return max(1, capacity // max(2, self._turns_of_slots))
+        """Free slots worth a claim: half of them; in turns, the smallest turn
+        (the last: what the others' shares leave)."""
+        turns = self._turns_of_slots
+        if turns == 1:
+            return max(1, capacity // 2)
+        return max(1, capacity - (turns - 1) * self._share(capacity))
+
+    def _share(self, capacity: int) -> int:
+        """A turn's share of the slots: the most one claim asks for in turns,
+        rounded up, so that the turns use every slot."""
+        return max(1, -(-capacity // self._turns_of_slots))
 
     def _free(self, capacity: int) -> int:
         """Slots neither held nor asked for by a claim in flight (each job
         asked for counted at the largest task size, as _claim_count sizes it)."""
         return capacity - self._load - self._riding * self._largest
+
+    def _claimable(self, capacity: int) -> int:
+        """Slots the loop's own claim may ask for: the free ones, and in turns
+        also those of the outcomes on the wire ahead of it (one connection:
+        Redis frees them first, as for a ride; the claims riding behind them
+        count as held). Without them a turn's slots would count twice while its
+        outcomes and its next claim are out, and the last turn would never start."""
+        free = self._free(capacity)
+        if self._turns_of_slots > 1:
+            free += self._lanes[0].jobs.outcomes_ahead
+        return free
 
     async def _claim_loop(self) -> None:
         delay = 0.05
@@ -124,7 +144,7 @@ class ClaimLoop:
             if woken is None and self._rode:
                 woken = self._rode.popleft()
             concurrency = self._capacity()
-            free = self._free(concurrency)
+            free = self._claimable(concurrency)
             if (
                 woken is None
                 and self._in_flight
@@ -200,7 +220,7 @@ class ClaimLoop:
                 if (
                     more
                     and self._claims_out < self._turns_of_slots
-                    and self._free(capacity) >= self._low_water(capacity)
+                    and self._claimable(capacity) >= self._low_water(capacity)
                 ):
                     break
         finally:
@@ -246,7 +266,7 @@ class ClaimLoop:
         slots, else at most a turn's share, so the turns stay staggered."""
         turns = self._turns_of_slots
         count = self._claim_count(free)
-        return count if turns == 1 else min(count, max(1, capacity // turns))
+        return count if turns == 1 else min(count, self._share(capacity))
 
     def _back_to_top(self, reply: ops.ClaimReply, count: int) -> bool:
         """After a claim that leased jobs: claim again (or wait for slots)
@@ -260,7 +280,7 @@ class ClaimLoop:
         if len(reply.jobs) >= count or len(self._lanes) > 1 or self._suspect is not None:
             return True
         capacity = self._capacity()
-        return self._free(capacity) < self._low_water(capacity)
+        return self._claimable(capacity) < self._low_water(capacity)
 
     @property
     def _load(self) -> int:
@@ -425,6 +445,10 @@ class Rider:
     @property
     def turns(self) -> int:
         return self._loop._turns_of_slots
+
+    @property
+    def share(self) -> int:
+        return self._loop._share(self._loop._capacity())
 
     def __call__(self, acked: int) -> Ride | None:
         return self._loop._ride(acked)

@@ -151,6 +151,12 @@ class JobPool:
         """The capacity the held leases take, in units of task size."""
         return len(self.held) + self.extra_units
 
+    @property
+    def outcomes_ahead(self) -> int:
+        """Outcomes in batches on the wire, which Redis records before anything
+        written after them on the connection (acks.AckBuffer.ahead)."""
+        return self._acks.ahead
+
     def ride_with(self, rider: Rider) -> None:
         """Let the worker send a claim behind a batch of outcomes (acks.Ride)."""
         self._acks.rider = rider
