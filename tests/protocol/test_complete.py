@@ -19,6 +19,22 @@ def test_complete_stores_the_result_and_retains_the_record(q: Proto) -> None:
     assert q.events("completed") == [{"event": "completed", "id": "a"}]
 
 
+def test_the_default_retention_keeps_the_record_and_its_log_a_day_and_the_grace(
+    q: Proto,
+) -> None:
+    """No `result_ttl`: the default, 86,400,000 ms, written out in complete.lua's own
+    path (an absolute expiry, PEXPIREAT), for the record and a logged run's log alike."""
+    from conveyor.protocol import observe
+
+    q.start("a", token="t")
+    assert q.run(observe.job_log(q.keys, job_id="a", token="t", lines=["a line"])) == 1
+    assert q.complete(("a", "t", "1")) == [True]
+    finished = int(q.job("a")["finished_at"])
+    assert q.score(q.keys.completed, "a") == finished + 86_400_000
+    for key in (q.keys.job("a"), q.keys.job_log("a")):
+        assert 86_459_000 < q.ttl_ms(key) <= 86_460_000  # a day + 60 s grace for the sweep
+
+
 def test_a_wrong_token_is_refused_and_changes_nothing(q: Proto) -> None:
     q.start("a", token="t")
     before = q.snapshot("a")

@@ -65,15 +65,15 @@ local function retain(job_key, id, index, ttl, now, logged, add_to_index)
   if ttl <= 0 then
     delete_job(job_key, id)
   else
-    local expiry = int_text(ttl + EXPIRY_GRACE)
+    local expiry = int_text(now + ttl + EXPIRY_GRACE)  -- absolute: see complete.lua
     if add_to_index then
       add_to_index(int_text(now + ttl), id)
     else
       redis.call('ZADD', index, int_text(now + ttl), id)
     end
-    redis.call('PEXPIRE', job_key, expiry)
+    redis.call('PEXPIREAT', job_key, expiry)
     if logged ~= false then
-      redis.call('PEXPIRE', base .. 'log:' .. id, expiry)
+      redis.call('PEXPIREAT', base .. 'log:' .. id, expiry)
     end
   end
 end
