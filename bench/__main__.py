@@ -4,7 +4,10 @@
     .venv/bin/python -m bench --quick                  # small N, 1 rep
     .venv/bin/python -m bench --systems conveyor,huey --scenarios process_1proc --reps 5
 
-Writes bench/results/latest.json, latest.md and latest.png (see bench/README.md).
+A full run (every system and scenario at the default sizes) writes bench/results/latest.json,
+latest.md and latest.png (see bench/README.md); any other run writes them to
+bench/results/partial/ unless --out names a directory, so a partial run never replaces the
+official figures.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from bench.netproxy import DelayProxy, round_trip_ms
 from bench.systems import (
     MODULES,
     NET,
+    PARTIAL,
     PEERS,
     RESULTS,
     ROOT,
@@ -63,7 +67,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated")
     p.add_argument("--quick", action="store_true", help="N=2000, bulk 20000, 300 latency jobs")
     p.add_argument("--timeout", type=float, default=180.0, help="seconds for a backlog to drain")
-    p.add_argument("--out", default=str(RESULTS), help="directory for latest.{json,md,png}")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="directory for latest.{json,md,png} (default: bench/results for a full run at the "
+        "default sizes, bench/results/partial for any other)",
+    )
     p.add_argument("--no-install", action="store_true", help="never create/update .venv-bench")
     p.add_argument("--seed", type=int, default=None, help="shuffle seed")
     p.add_argument("--redis-server", default=None, help="redis-server binary (default: PATH)")
@@ -79,7 +88,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.scenarios = with_stand_ins(args.systems, asked)
     for added in (sc for sc in args.scenarios if sc not in asked):
         print(f"bench: adding {added}: it stands in for the thread-pool peers at c100")
+    if args.out is None:
+        args.out = str(RESULTS if _is_full_run(p, args) else PARTIAL)
     return args
+
+
+# What a run must leave at its default to be the official one (bench/results/latest.*).
+FULL_RUN_DEFAULTS = ("n", "bulk_n", "lat_n", "net_n", "net_delay_ms", "rate", "ceiling_n",
+                     "reps", "enqueue_reps", "quick", "redis_server")  # fmt: skip
+
+
+def _is_full_run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> bool:
+    """Every system and scenario at the default sizes, on the default server."""
+    defaults = all(getattr(args, name) == parser.get_default(name) for name in FULL_RUN_DEFAULTS)
+    return defaults and set(args.systems) == set(SYSTEMS) and set(args.scenarios) == set(SCENARIOS)
 
 
 def _names(text: str, known: tuple[str, ...], what: str) -> list[str]:

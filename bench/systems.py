@@ -31,6 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS_DIR = Path(__file__).resolve().parent / "requirements"
 RESULTS = Path(__file__).resolve().parent / "results"
+# where a partial run writes by default (not kept in git): bench/__main__.py
+PARTIAL = RESULTS / "partial"
 
 SUBJECT = "conveyor"
 PEERS = (

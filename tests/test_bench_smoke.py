@@ -28,10 +28,36 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import mark  # noqa: E402
-from bench.__main__ import main  # noqa: E402
-from bench.systems import ENQUEUE_SINGLE, SCENARIOS, applies, plan, with_stand_ins  # noqa: E402
+from bench.__main__ import main, parse  # noqa: E402
+from bench.systems import (  # noqa: E402
+    ENQUEUE_SINGLE,
+    PARTIAL,
+    RESULTS,
+    SCENARIOS,
+    applies,
+    plan,
+    with_stand_ins,
+)
 from bench.targets import best_peer_ratios  # noqa: E402
 from bench.venv import ensure_peer_venv  # noqa: E402
+
+
+def test_only_a_full_run_at_the_default_sizes_writes_the_official_results() -> None:
+    assert parse([]).out == str(RESULTS)
+    assert parse(["--no-install", "--seed", "3", "--timeout", "60"]).out == str(RESULTS)
+    partial = [
+        ["--systems", "conveyor", "--scenarios", "ceiling", "--reps", "1"],
+        ["--scenarios", "process_1proc"],
+        ["--systems", "conveyor"],
+        ["--quick"],
+        ["--n", "20000"],
+        ["--reps", "5"],
+        ["--redis-server", "/opt/redis-8/redis-server"],
+    ]
+    for argv in partial:
+        assert parse(argv).out == str(PARTIAL), argv
+    assert parse(["--scenarios", "ceiling", "--out", "/tmp/c"]).out == "/tmp/c"
+
 
 FIELDS = {"system", "scenario", "jobs_per_s", "p50_ms", "p99_ms", "bytes_per_job", "runs"}
 
