@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from bench import host
 from bench.stats import median
 from bench.systems import (
     HAS_BULK,
@@ -77,6 +78,8 @@ def markdown(
         f"{', '.join(f'{x:.1f}' for x in meta['load_average_at_end'])}.",
         "Medians over reps, (min–max) when there was more than one. Method: bench/README.md.",
         "",
+        host.sentence(meta.get("host")),
+        "",
         "## Every system at its defaults "
         "(Conveyor at its CLI default: concurrency 100 for its async handler)",
         "",
@@ -130,6 +133,7 @@ def markdown(
         "",
         "## Targets (ratios within each rep, then the median; the fastest peer row of each rep)",
         "",
+        *([] if (meta.get("host") or {}).get("quiet") else [host.sentence(meta.get("host")), ""]),
         "| target | goal | measured | holds | per rep |",
         "|---|---|---|---|---|",
     ]
@@ -346,6 +350,7 @@ def write(
             records[(system, scenario)] = record(system, scenario, runs.get((system, scenario)))
     peers = [s for s in systems if s in PEERS]
     goals = targets(runs, records, peers)
+    meta = {**meta, "host": host.judge(runs.get((REDIS, "ceiling"), []))}
     published = [{"system": s, **PUBLISHED[s]} for s in systems if s in PUBLISHED]
     doc = {
         "meta": meta,

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import mark  # noqa: E402
+from bench import host, mark  # noqa: E402
 from bench.__main__ import main, parse  # noqa: E402
 from bench.systems import (  # noqa: E402
     ENQUEUE_SINGLE,
@@ -57,6 +57,32 @@ def test_only_a_full_run_at_the_default_sizes_writes_the_official_results() -> N
     for argv in partial:
         assert parse(argv).out == str(PARTIAL), argv
     assert parse(["--scenarios", "ceiling", "--out", "/tmp/c"]).out == "/tmp/c"
+
+
+def _ceiling_run(hset: float, claim: float) -> dict[str, object]:
+    return {"detail": {"commands": {"c50_P16": {"HSET": hset}},
+                       "scripts": {"claim 100/call": {"jobs_per_s": claim}}}}  # fmt: skip
+
+
+def test_a_run_judges_its_host_by_its_ceiling_against_the_quiet_hosts() -> None:
+    quiet_hset, quiet_claim = host.QUIET_HOST["hset_pipelined"], host.QUIET_HOST["claim_100"]
+    near = [_ceiling_run(quiet_hset * f, quiet_claim * f) for f in (0.9, 0.95, 1.3)]
+    assert host.judge(near)["quiet"] is True  # type: ignore[index]
+    faster = host.judge([_ceiling_run(quiet_hset * 2, quiet_claim * 1.5)])
+    assert faster is not None and faster["quiet"] is True
+    # this host of 2026-12-01: Redis's commands and scripts at about 40% of the quiet host's
+    slow = host.judge([_ceiling_run(431_034, 61_728)])
+    assert slow is not None and slow["quiet"] is False
+    assert round(slow["share_of_quiet"]["claim_100"], 2) == 0.41
+    assert "**not a quiet host**" in host.sentence(slow)
+    # one figure off is enough: fast commands with slow scripts
+    mixed = host.judge([_ceiling_run(quiet_hset, quiet_claim * 0.8)])
+    assert mixed is not None and mixed["quiet"] is False
+    # medians of the reps, not the best one
+    reps = [_ceiling_run(quiet_hset, c * quiet_claim) for c in (0.5, 0.6, 1.2)]
+    assert host.judge(reps)["quiet"] is False  # type: ignore[index]
+    assert host.judge([{"error": "redis-benchmark failed"}]) is None
+    assert host.sentence(None).startswith("Host: not judged")
 
 
 FIELDS = {"system", "scenario", "jobs_per_s", "p50_ms", "p99_ms", "bytes_per_job", "runs"}
@@ -123,6 +149,9 @@ def test_bench_runs_on_a_tiny_n(tmp_path: Path, redis_binary: str) -> None:
     positive("conveyor", "latency", "complete_p50_ms")
     positive("conveyor", "redis_memory", "bytes_per_job")
     positive("redis", "ceiling", "jobs_per_s")
+    verdict = doc["meta"]["host"]  # the run judged its own host from its ceiling
+    assert verdict["measured"]["claim_100"] > 0 and verdict["measured"]["hset_pipelined"] > 0
+    assert host.sentence(verdict) in (out / "latest.md").read_text()
     assert records[("conveyor", "latency")]["jobs_per_s"] is None  # does not apply
     if "huey" in systems:
         positive("huey", "process_1proc", "jobs_per_s")
