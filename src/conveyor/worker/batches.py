@@ -23,6 +23,7 @@ from typing import Any
 from conveyor import serializers
 from conveyor.client.tasks import Task
 from conveyor.errors import JobTimeoutError, NotSerializableError
+from conveyor.worker.error_text import describe
 from conveyor.worker.execution import (
     NOTHING,
     Failure,
@@ -30,7 +31,6 @@ from conveyor.worker.execution import (
     Running,
     Success,
     aborted_failure,
-    describe,
     failure_of,
 )
 

@@ -7,7 +7,6 @@ import concurrent.futures
 import contextvars
 import functools
 import logging
-import traceback
 import types
 from asyncio import get_running_loop
 from collections.abc import Callable, Coroutine, Generator
@@ -28,11 +27,10 @@ from conveyor.errors import (
 )
 from conveyor.timeutil import delay_until_ms
 from conveyor.worker.context import JobContext, job_var
+from conveyor.worker.error_text import describe
 from conveyor.worker.watchdog import Stalls
 
 log = logging.getLogger("conveyor.worker")
-
-MAX_ERROR_TEXT = 8 * 1024
 
 
 @dataclass(slots=True)
@@ -99,13 +97,6 @@ class Deferred:
 
 Ended = Success | Failure | Limited | Deferred  # how a run ended, to be written
 Outcome = Ended | None  # None: lease lost, nothing to write
-
-
-def describe(exc: BaseException) -> str:
-    """`Type: message` plus the traceback, bounded in size."""
-    text = "".join(traceback.format_exception(exc)).strip()
-    head = f"{type(exc).__name__}: {exc}"
-    return (head + "\n" + text)[:MAX_ERROR_TEXT]
 
 
 def _retry_delay(exc: BaseException) -> int | None:
