@@ -9,11 +9,17 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from conveyor import JobState
+from conveyor.client.tasks import Tasks
 from conveyor.worker import error_text
 from conveyor.worker.error_text import MAX_ERROR_TEXT, describe
+from conveyor.worker.execution import failure_of
+from support import process_app
+from support.workers import WorkerRunner, wait_until
 
 
 def standard(exc: BaseException) -> str:
@@ -145,3 +151,68 @@ def test_a_changed_source_line_is_formatted_anew(tmp_path: Path) -> None:
         assert "first version')\n" not in text.split("\n", 1)[1]
     finally:
         del sys.modules["changing_handler"]
+
+
+def frames_of(text: str) -> list[str]:
+    """The `File "…", line N, in name` lines of a stored error, in order."""
+    return [line.strip() for line in text.splitlines() if line.startswith('  File "')]
+
+
+def helper_that_fails(data: Any) -> None:
+    raise ValueError(f"bad value {data!r}")
+
+
+def test_a_run_stores_its_traceback_from_the_handlers_frame_down(
+    queue: Any, redis_url: str, queue_name: str, worker_runner: WorkerRunner
+) -> None:
+    tasks = Tasks(queue_name, url=redis_url)
+
+    @tasks.task
+    def sync_handler(data: Any) -> None:
+        helper_that_fails(data)
+
+    @tasks.task
+    async def async_handler(data: Any) -> None:
+        helper_that_fails(data)
+
+    ids = {name: queue.enqueue(name, 1, max_failures=1).id
+           for name in ("sync_handler", "async_handler")}  # fmt: skip
+    worker_runner.start(tasks)
+    wait_until(lambda: all((j := queue.get(i)) is not None and j.state is JobState.FAILED
+                           for i in ids.values()))  # fmt: skip
+    for name, job_id in ids.items():
+        error = queue.get(job_id).error
+        assert error.startswith("ValueError: bad value 1\nTraceback (most recent call last):")
+        frames = frames_of(error)
+        # the worker's runtime and its thread pool called the handler: not in the text
+        assert frames[0].endswith(f"in {name}"), error
+        assert frames[1].endswith("in helper_that_fails"), error
+        assert len(frames) == 2, error
+        assert "conveyor/worker/" not in error and "concurrent/futures" not in error
+
+
+def test_a_child_process_stores_the_handlers_frame_first(
+    redis_url: str, queue_name: str, sync_queue: Any, worker_runner: WorkerRunner
+) -> None:
+    tasks = Tasks(queue_name, url=redis_url)
+    tasks.handlers.update(process_app.tasks.handlers)
+    job_id = sync_queue.enqueue("raises", "soft", max_failures=1).id
+    worker_runner.start(tasks, processes=1)
+    wait_until(lambda: (j := sync_queue.get(job_id)) is not None and j.state is JobState.FAILED)
+    error = sync_queue.get(job_id).error
+    assert error.startswith("ValueError: bad value 'soft'"), error
+    assert frames_of(error)[0].endswith("in raises"), error
+    assert "conveyor/worker/" not in error
+
+
+def test_a_failure_of_the_worker_itself_keeps_its_whole_traceback() -> None:
+    # fails in describe (error_text.py), called by failure_of (execution.py)
+    exc = raised(lambda: failure_of(None))  # type: ignore[arg-type]
+    assert exc.__traceback__ is not None
+    in_worker = exc.__traceback__.tb_next.tb_next  # past this test's two frames
+    assert in_worker is not None and in_worker.tb_next is not None  # two worker frames
+    assert all(error_text._calls_handlers(t.tb_frame.f_code)
+               for t in (in_worker, in_worker.tb_next))  # fmt: skip
+    assert error_text._from_handler(in_worker) is in_worker  # all the worker's: kept whole
+    assert error_text._from_handler(exc.__traceback__) is exc.__traceback__  # a test frame first
+    assert error_text._from_handler(None) is None

@@ -1,20 +1,26 @@
 """The text a failed run stores as its error: `Type: message` and the traceback, bounded.
 
-The traceback is the standard library's, column carets included, with each frame's text
-formatted once per place in the code. Python 3.11 and later draw a frame's carets by parsing
-its source line (`ast.parse`): for a three-frame chained exception that was about 300 of
-the 400 µs of CPU the description took, and the larger part of what a failure cost the
-worker (docs/spark-rounds.md, "Round twelve"). A handler that fails again, as a retried one
-does while its dependency is down, fails at the same places; their text is taken from a
-bounded cache of frames, keyed by everything the text is made of (the place, the frame's
-source lines and the formatting options), so a changed source line is formatted anew.
+The traceback is the standard library's (`traceback.format_exception`), column carets
+included, from the handler's frame down: the worker's own frames above it (the runtime that
+called the handler, `conveyor/worker/`) are left out, since they say nothing about the failure.
+It is also where most of the cost was: to place a frame's carets the standard library walks
+its code object's positions up to the failing instruction (about a quarter of a millisecond
+for the executor's longest function), and it parses the frame's source line (`ast.parse`).
+The second cost is paid once per place in the code: a handler that fails again, as a retried
+one does while its dependency is down, fails at the same places, and their text comes from a
+bounded cache of frames keyed by everything the text is made of (the place, the frame's source
+lines, the formatting options), so a changed source line is formatted anew
+(docs/spark-rounds.md, "Round twelve").
 """
 
 from __future__ import annotations
 
 import linecache
+import os
 import traceback
+import types
 from collections.abc import Iterator
+from concurrent.futures import thread
 from functools import lru_cache
 from typing import Any
 
@@ -22,16 +28,34 @@ __all__ = ["MAX_ERROR_TEXT", "describe"]
 
 MAX_ERROR_TEXT = 8 * 1024
 FRAMES_KEPT = 512  # distinct places whose frame text is kept
+WORKER_CODE = os.path.dirname(os.path.abspath(__file__))  # the worker's own frames
+# the frame of the thread pool that runs a sync handler, above the handler's own
+THREAD_POOL_RUN = thread._WorkItem.run.__code__
 
 
 def describe(exc: BaseException) -> str:
     """`Type: message` plus the traceback, bounded in size."""
-    summary = traceback.TracebackException.from_exception(exc)
+    summary = traceback.TracebackException(type(exc), exc, _from_handler(exc.__traceback__))
     for part in _chain(summary):
         part.stack = _KnownFrames(part.stack)  # from_list would make a plain StackSummary
     text = "".join(summary.format()).strip()
     head = f"{type(exc).__name__}: {exc}"
     return (head + "\n" + text)[:MAX_ERROR_TEXT]
+
+
+def _from_handler(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """`tb` from its first frame that is not the worker's own (its runtime, or the thread
+    pool that runs a sync handler), or whole when all are (a failure of the worker itself)."""
+    first = tb
+    while first is not None and _calls_handlers(first.tb_frame.f_code):
+        first = first.tb_next
+    return tb if first is None else first
+
+
+def _calls_handlers(code: types.CodeType) -> bool:
+    return code is THREAD_POOL_RUN or os.path.dirname(os.path.abspath(code.co_filename)) == (
+        WORKER_CODE
+    )
 
 
 def _chain(summary: traceback.TracebackException) -> Iterator[traceback.TracebackException]:
