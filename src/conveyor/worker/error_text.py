@@ -53,9 +53,12 @@ def _from_handler(tb: types.TracebackType | None) -> types.TracebackType | None:
 
 
 def _calls_handlers(code: types.CodeType) -> bool:
-    return code is THREAD_POOL_RUN or os.path.dirname(os.path.abspath(code.co_filename)) == (
-        WORKER_CODE
-    )
+    return code is THREAD_POOL_RUN or _is_worker_file(code.co_filename)
+
+
+@lru_cache(maxsize=FRAMES_KEPT)
+def _is_worker_file(filename: str) -> bool:
+    return os.path.dirname(os.path.abspath(filename)) == WORKER_CODE
 
 
 def _chain(summary: traceback.TracebackException) -> Iterator[traceback.TracebackException]:
