@@ -2,7 +2,8 @@
 
 The traceback is the standard library's (`traceback.format_exception`), column carets
 included, from the handler's frame down: the worker's own frames above it (the runtime that
-called the handler, `conveyor/worker/`) are left out, since they say nothing about the failure.
+called the handler, `conveyor/worker/`, and the thread pool that runs a sync one) are left
+out, since they say nothing about the failure.
 It is also where most of the cost was: to place a frame's carets the standard library walks
 its code object's positions up to the failing instruction (about a quarter of a millisecond
 for the executor's longest function), and it parses the frame's source line (`ast.parse`).
@@ -29,8 +30,11 @@ __all__ = ["MAX_ERROR_TEXT", "describe"]
 MAX_ERROR_TEXT = 8 * 1024
 FRAMES_KEPT = 512  # distinct places whose frame text is kept
 WORKER_CODE = os.path.dirname(os.path.abspath(__file__))  # the worker's own frames
-# the frame of the thread pool that runs a sync handler, above the handler's own
-THREAD_POOL_RUN = thread._WorkItem.run.__code__
+# the frame of the thread pool that runs a sync handler, above the handler's own (a private
+# name of concurrent.futures: where a Python lacks it, that frame is simply kept)
+THREAD_POOL_RUN = getattr(
+    getattr(getattr(thread, "_WorkItem", None), "run", None), "__code__", None
+)
 
 
 def describe(exc: BaseException) -> str:
@@ -109,6 +113,6 @@ class _Frame:
 
 @lru_cache(maxsize=FRAMES_KEPT)
 def _frame_text(frame: _Frame) -> str:
-    """The standard library's text of one frame. A pure function of the frame's key, so the
-    one cache this module keeps is a memo: it changes no result, only its cost."""
+    """The standard library's text of one frame. A pure function of the frame's key: like
+    _is_worker_file's, this cache is a memo, which changes no result, only its cost."""
     return str(traceback.StackSummary().format_frame_summary(frame.summary, **frame.kwargs))
