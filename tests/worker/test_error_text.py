@@ -1,5 +1,5 @@
-"""The error text a failed run stores: the standard library's traceback, frames formatted
-once per place in the code (conveyor.worker.error_text)."""
+"""The error text a failed run stores: the standard library's traceback from the handler's
+frame down, frames formatted once per place in the code (conveyor.worker.error_text)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from support.workers import WorkerRunner, wait_until
 
 
 def standard(exc: BaseException) -> str:
-    """What describe stored before frames were cached: format_exception, bounded."""
+    """format_exception's text, bounded as describe bounds it: describe's own text for an
+    exception whose traceback no worker frame leads (every one raised in this module)."""
     text = "".join(traceback.format_exception(exc)).strip()
     return (f"{type(exc).__name__}: {exc}\n{text}")[:MAX_ERROR_TEXT]
 
