@@ -38,6 +38,7 @@ from conveyor.timeutil import to_ms
 from conveyor.worker import job_lines
 from conveyor.worker.claiming import ClaimLoop, Rider
 from conveyor.worker.courier import Courier
+from conveyor.worker.gc_tuning import young_threshold
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.metrics import MetricsRecorder
 from conveyor.worker.pipelines import drive_pipeline
@@ -79,6 +80,9 @@ class WorkerSettings:
     # several queues: none for strict order, else one weight per queue
     # (claims shared in proportion while every queue has jobs)
     weights: tuple[int, ...] = ()
+    # while it runs, Python's young collections wait for this many new objects
+    # (the interpreter's default is 700; None leaves it alone): worker/gc_tuning.py
+    gc_threshold: int | None = 10_000
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -87,7 +91,7 @@ class WorkerSettings:
             raise ConfigurationError("need 1 <= min_concurrency <= max_concurrency")
         if self.executor not in ("thread", "process"):
             raise ConfigurationError("executor must be 'thread' or 'process'")
-        for name in ("processes", "max_tasks_per_child", "max_memory_per_child"):
+        for name in ("processes", "max_tasks_per_child", "max_memory_per_child", "gc_threshold"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigurationError(f"{name} must be at least 1")
@@ -200,6 +204,11 @@ class Worker(ClaimLoop):
         )
         loop = asyncio.get_running_loop()
         self._install_signals(loop)
+        with young_threshold(self.settings.gc_threshold):
+            await self._run_lanes(loop)
+
+    async def _run_lanes(self, loop: asyncio.AbstractEventLoop) -> None:
+        first = self._lanes[0]
         try:
             for lane in self._lanes:
                 await self._connect(lane.queue, lane.tasks)
