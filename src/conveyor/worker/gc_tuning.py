@@ -5,12 +5,11 @@ once (contexts, coroutines, futures, decoded data), so at the interpreter's
 default threshold (a young collection every 700 new container objects) they
 outlive young collections, are promoted, and keep the older generations'
 collections busy: with 512 slots, about a tenth of the worker's CPU went to
-the collector (1,350 collections, 0.55-0.61 s, for 200,000 of the Spark demo's
-jobs; 0.07-0.08 s at 10,000: bench/ROUNDS.md, "The worker's garbage
-collector"). A larger young threshold lets a job's objects die
-before a collection looks at them. Reference counting frees everything that
-is not a cycle either way; the threshold only sets how often cycles are
-looked for.
+the collector (1,350 collections, 0.55-0.63 s, for 200,000 of the Spark demo's
+jobs; 0.06-0.08 s at 10,000: bench/ROUNDS.md, round two r15). A larger young
+threshold lets a job's objects die before a collection looks at them.
+Reference counting frees everything that is not a cycle either way; the
+threshold only sets how often cycles are looked for.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from contextlib import contextmanager
 
 _lock = threading.Lock()
 _holders = 0  # workers running in this process with a threshold set
-_before: tuple[int, int, int] = (700, 10, 10)  # the thresholds the first of them found
+_before = gc.get_threshold()  # the thresholds the first of them found (set again by _hold)
 
 
 @contextmanager
