@@ -42,11 +42,13 @@ lint: venv
 
 # System tools the suite needs, installed here where that is possible (root with apt-get):
 # Java 17+ for PySpark, libfaketime for the clock-skew chaos scenario, Debian's chromium for
-# the dashboard's browser tests (Playwright drives it; never `playwright install`). Without
+# the dashboard's browser tests (Playwright drives it; never `playwright install`), promtool
+# (Debian's prometheus) for the shipped alert rules' tests. Without
 # them the tests that need them fail and say how to install them.
 APT_NEEDS = $$(command -v java >/dev/null 2>&1 || echo openjdk-17-jre-headless) \
 	$$(ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || echo faketime) \
-	$$(test -x /usr/bin/chromium || echo chromium)
+	$$(test -x /usr/bin/chromium || echo chromium) \
+	$$(command -v promtool >/dev/null 2>&1 || echo prometheus)
 
 tools:
 	@need="$(APT_NEEDS)"; need=$$(echo $$need); \
@@ -93,6 +95,6 @@ chaos: venv
 	$(PY) -m chaos $(CHAOS_ARGS)
 
 clean:
-	rm -rf $(VENV) .conveyor .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-django6 .conveyor .mypy_cache .ruff_cache .pytest_cache .hypothesis
 	rm -rf src/*.egg-info build dist site
 	find src tests -name __pycache__ -type d -prune -exec rm -rf {} +

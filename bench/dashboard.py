@@ -86,17 +86,20 @@ def pages(queue: Queue) -> dict[str, str]:
     return {
         "queues": "/",
         "queue": q,
+        "queue, 7 days": f"{q}?range=7d",
         "waiting, page 1": f"{q}/jobs/waiting",
         f"waiting, page {deep}": f"{q}/jobs/waiting?page={deep}",
         "waiting, one group": f"{q}/jobs/waiting?group=tenant-3",
         "delayed": f"{q}/jobs/delayed",
         "completed": f"{q}/jobs/completed",
         "failed": f"{q}/jobs/failed",
+        "failed, filtered": f"{q}/jobs/failed?error=boom&task=charge",
         "job": f"{q}/job?id={some_job}",
         "search by id": f"{q}/search?id={some_job}",
         "search by property": f"{q}/search?field=customer&value=c7",
         "workers": f"{q}/workers",
         "schedules": f"{q}/schedules",
+        "audit": f"{q}/audit",
     }
 
 

@@ -1,7 +1,7 @@
 """Was the run's host quiet? Its own `ceiling` against the quiet host's (bench/README.md,
 "Judging a host before a run").
 
-The timing targets of issue 21 were set and last met on a quiet 2-core host. Hosts differ
+The timing targets were set and met on a quiet 2-core host. Hosts differ
 more than a Python loop shows: on some, Redis's scripts run at a third of that speed while
 Python runs as fast, and a Redis-bound figure (two worker processes, Redis CPU per job)
 then says more about the host than about the code. The ceiling scenario measures the two

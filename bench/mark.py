@@ -15,7 +15,7 @@ process waits there (driver.Ctx.open_gate). The processes then start
 together, each with the jobs it claimed meanwhile: without the gate the second
 process's interpreter starts while the first already drains the backlog on the
 same 2 cores, and a short run measured mostly one process (bench/README.md,
-"The start gate"). The job's start time is taken after the gate. Files, not
+"Scenarios", the start gate). The job's start time is taken after the gate. Files, not
 the mark server: a process forked per job (RQ) pays one `stat` for it.
 
 Keys on the mark server:

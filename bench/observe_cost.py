@@ -53,16 +53,20 @@ def week_bytes(client: redis.Redis, tasks: int) -> tuple[int, int]:
     for hour in range(HOURS):
         client.hset(keys.metrics(hour), mapping={str(m): "1873 12 40" for m in range(60)})
         fields: dict[str, int] = {}
+        maxima: dict[str, int] = {}
         for t in range(tasks):
             task = f"app.tasks.task_{t}"
             for kind in (RUN, WAIT):
                 fields |= {f"{kind}{b}:{task}": 1000 + b for b in range(len(BOUNDS) + 1)}
                 fields[f"{kind}s:{task}"] = 123_456_789_012
+                maxima[f"{kind}:{task}"] = 1_234_567_890
         client.hset(keys.timings(hour), mapping=fields)
-        client.pexpire(keys.metrics(hour), 1000 * 3600 * 200)
-        client.pexpire(keys.timings(hour), 1000 * 3600 * 200)
+        client.hset(keys.timing_max(hour), mapping=maxima)
+        for key in (keys.metrics(hour), keys.timings(hour), keys.timing_max(hour)):
+            client.pexpire(key, 1000 * 3600 * 200)
         counts += int(client.memory_usage(keys.metrics(hour)) or 0)
         timings += int(client.memory_usage(keys.timings(hour)) or 0)
+        timings += int(client.memory_usage(keys.timing_max(hour)) or 0)
     return counts, timings
 
 

@@ -1,5 +1,4 @@
-"""Profile Conveyor's hot paths on a private redis-server (bench/ROUNDS.md, "Where the
-time goes").
+"""Profile Conveyor's hot paths on a private redis-server.
 
     .venv/bin/python -m bench.profile worker   [--n 50000] [--concurrency 100]
     .venv/bin/python -m bench.profile enqueue  [--n 20000]

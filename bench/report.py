@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from bench.systems import (
     PER_JOB_STATE,
     PUBLISHED,
     REDIS,
+    RESULTS,
     ROOT,
     SPECS,
     SUBJECT,
@@ -364,7 +366,19 @@ def write(
     md_path.write_text(markdown(records, goals, systems, meta))
     png_path = out / "latest.png"
     _chart(json_path, png_path)
+    publish_chart(out, png_path)
     return {"json": str(json_path), "md": str(md_path), "png": str(png_path)}
+
+
+def publish_chart(
+    out: Path, png_path: Path, *, site: Path = ROOT / "docs" / "benchmarks.png"
+) -> bool:
+    """The site's benchmark page shows the official run's chart (its tables come straight from
+    latest.md): an official run copies it there; any other run leaves it alone."""
+    if out.resolve() != RESULTS.resolve():
+        return False
+    shutil.copyfile(png_path, site)
+    return True
 
 
 def _chart(json_path: Path, png_path: Path) -> None:

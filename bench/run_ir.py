@@ -10,7 +10,7 @@ heartbeats, pops and round trips included), divided by the jobs. Every script is
 before the run, so the worker's first `EVALSHA`s find them (a `SCRIPT LOAD` inside the
 window would add about 4k per job at 5,000 jobs). `--src` runs the worker and the scripts
 of another tree (its `src/` on `PYTHONPATH`: how a change of a script or of the worker is
-priced against `main`, bench/ROUNDS.md "Redis work per processed job"). Instructions, not
+priced against `main`). Instructions, not
 time: the machine's load does not move them, only the worker's claim sizes do, which under
 callgrind are full (the server is the slow side).
 """

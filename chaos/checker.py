@@ -226,12 +226,20 @@ def serial_runs(starts: Sequence[Entry], finishes: Sequence[Entry]) -> int:
     return count
 
 
-def recovery(entries: Sequence[Entry], t: Tally) -> tuple[list[float], list[str]]:
-    """For every job a killed/stopped worker held (started there, never finished there): the
-    seconds from the fault to the job's next start elsewhere; and the jobs never restarted."""
+@dataclass(frozen=True)
+class Orphan:
+    """A job a killed or stopped worker held: started there before the fault, never finished
+    there; `restarted` is the monotonic second of its next start elsewhere (None: never)."""
+
+    fault: Entry
+    job_id: str
+    restarted: float | None
+
+
+def orphans(entries: Sequence[Entry], t: Tally) -> list[Orphan]:
+    """Every job each SIGKILL / SIGSTOP of the ledger left behind."""
     faults = [e for e in entries if e.kind == "kill" and e.extra in ("SIGKILL", "SIGSTOP")]
-    delays: list[float] = []
-    never: list[str] = []
+    found: list[Orphan] = []
     for fault in faults:
         for job_id, runs in t.starts.items():
             for run in runs:
@@ -242,11 +250,22 @@ def recovery(entries: Sequence[Entry], t: Tally) -> tuple[list[float], list[str]
                 )
                 if finished_there and fault.extra == "SIGKILL":
                     continue
-                nxt = [r for r in runs if r.mono > fault.mono and r.pid != fault.pid]
-                if nxt:
-                    delays.append(min(r.mono for r in nxt) - fault.mono)
-                elif not finished_there and t.view[job_id].state != "failed":
-                    never.append(job_id)  # (failed: the reaper ended it at max_stalls)
+                nxt = [r.mono for r in runs if r.mono > fault.mono and r.pid != fault.pid]
+                if nxt or not finished_there:
+                    found.append(Orphan(fault, job_id, min(nxt, default=None)))
+    return found
+
+
+def recovery(entries: Sequence[Entry], t: Tally) -> tuple[list[float], list[str]]:
+    """For every orphan (above): the seconds from the fault to the job's next start elsewhere;
+    and the jobs never restarted (a job the reaper failed at max_stalls is not one)."""
+    delays: list[float] = []
+    never: list[str] = []
+    for o in orphans(entries, t):
+        if o.restarted is not None:
+            delays.append(o.restarted - o.fault.mono)
+        elif t.view[o.job_id].state != "failed":
+            never.append(o.job_id)
     return delays, never
 
 

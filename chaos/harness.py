@@ -131,7 +131,7 @@ class WorkerPool:
     def _env(self, index: int) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in _URL_VARS}
         env.update(
-            PYTHONPATH=str(ROOT),
+            PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]),  # this checkout
             PYTHONUNBUFFERED="1",
             CHAOS_URL=self.url,  # by environment: a password never shows in `ps`
             CHAOS_QUEUE=self.queue,

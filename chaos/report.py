@@ -1,4 +1,4 @@
-"""Render a results file as the Markdown table of docs/reliability.md.
+"""Render a results file as a Markdown table (docs/reliability.md, §4, shows the latest run).
 
 .venv/bin/python -m chaos.report [chaos/results/latest.json]
 """

@@ -42,6 +42,19 @@ from bench.targets import best_peer_ratios  # noqa: E402
 from bench.venv import ensure_peer_venv  # noqa: E402
 
 
+def test_only_the_official_run_replaces_the_sites_chart(tmp_path: Path) -> None:
+    from bench.report import publish_chart
+
+    chart, site = tmp_path / "latest.png", tmp_path / "benchmarks.png"
+    chart.write_bytes(b"new chart")
+    site.write_bytes(b"old chart")
+    assert not publish_chart(PARTIAL, chart, site=site)
+    assert not publish_chart(tmp_path, chart, site=site)
+    assert site.read_bytes() == b"old chart"
+    assert publish_chart(RESULTS, chart, site=site)
+    assert site.read_bytes() == b"new chart"
+
+
 def test_only_a_full_run_at_the_default_sizes_writes_the_official_results() -> None:
     assert parse([]).out == str(RESULTS)
     assert parse(["--no-install", "--seed", "3", "--timeout", "60"]).out == str(RESULTS)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -58,24 +61,33 @@ def test_worker_burst_drains_and_exits(redis_url: str, queue_name: str, sync_que
     assert sync_queue.counts()[JobState.COMPLETED] == 30
 
 
+def _burst_worker(redis_url: str, queue_name: str) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "conveyor.integrations.cli", "worker", "kill_app:tasks",
+         "--url", redis_url, "--burst"],
+        env={"PYTHONPATH": f"{APPS}:{SRC}", "TEST_QUEUE": queue_name, "PATH": "/usr/bin:/bin"},
+        capture_output=True, timeout=60,
+    )  # fmt: skip
+
+
+def _watch(redis_url: str, queue_name: str, work: Callable[[], None]) -> str:
+    """`conveyor watch`'s output while `work` runs in a thread."""
+    thread = threading.Thread(target=work)
+    thread.start()
+    shown = CliRunner().invoke(main, ["watch", queue_name, "--url", redis_url, "--timeout", "30"])
+    thread.join(60)
+    assert shown.exit_code == 0, shown.output
+    return shown.output + (shown.stderr if shown.stderr_bytes is not None else "")
+
+
 def test_watch_shows_a_progress_bar(redis_url: str, queue_name: str, sync_queue: Queue) -> None:
     sync_queue.enqueue_many([("sleepy", {"seconds": 0}) for _ in range(20)])
 
     def work_soon() -> None:
         time.sleep(1.0)
-        subprocess.run(
-            [sys.executable, "-m", "conveyor.integrations.cli", "worker", "kill_app:tasks",
-             "--url", redis_url, "--burst"],
-            env={"PYTHONPATH": f"{APPS}:{SRC}", "TEST_QUEUE": queue_name, "PATH": "/usr/bin:/bin"},
-            capture_output=True, timeout=60,
-        )  # fmt: skip
+        _burst_worker(redis_url, queue_name)
 
-    worker = threading.Thread(target=work_soon)
-    worker.start()
-    shown = CliRunner().invoke(main, ["watch", queue_name, "--url", redis_url, "--timeout", "30"])
-    worker.join(60)
-    assert shown.exit_code == 0, shown.output
-    shown_text = shown.output + (shown.stderr if shown.stderr_bytes is not None else "")
+    shown_text = _watch(redis_url, queue_name, work_soon)
     assert "20/20" in shown_text and "100%" in shown_text
 
 
@@ -102,3 +114,35 @@ def test_the_default_concurrency_is_100_for_async_tasks_and_10_with_a_sync_one()
 
     assert default_concurrency(only_sync) == 10
     assert default_concurrency(Tasks("q", url="redis://127.0.0.1:1/0")) == 10
+
+
+def test_a_refusal_names_its_error_class() -> None:
+    """The command's refusals name the exception the docs name (a worker's
+    settings refused: ConfigurationError), exit status 2."""
+    tests = Path(__file__).parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tests), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "conveyor", "worker", "support.multi_app:high", "--url", "ftp://x"],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: ConfigurationError: url 'ftp://x' is not a Redis URL")
+
+
+def test_watch_started_before_the_jobs_counts_those_added_meanwhile(
+    redis_url: str, queue_name: str, sync_queue: Queue
+) -> None:
+    """With nothing queued, `watch` waits for the first job (rather than
+    ending at once on 0/0) and counts the jobs added while it runs."""
+
+    def enqueue_then_work() -> None:
+        time.sleep(1.0)
+        sync_queue.enqueue_many([("sleepy", {"seconds": 0}) for _ in range(12)])
+        sync_queue.enqueue("sleepy", {"seconds": 0})
+        _burst_worker(redis_url, queue_name)
+
+    shown_text = _watch(redis_url, queue_name, enqueue_then_work)
+    assert "13/13" in shown_text and "100%" in shown_text

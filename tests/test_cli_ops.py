@@ -36,10 +36,11 @@ def test_queues_table_and_json(redis_url: str, queue_name: str, sync_queue: Queu
     assert shown.exit_code == 0, shown.output
     assert shown.output.startswith("queue ")
     line = next(x for x in shown.output.splitlines() if x.startswith(queue_name + " "))
-    assert line.split()[1:3] == ["1", "1"]  # waiting, delayed
+    assert line.split()[1:4] == ["4", "1", "1"]  # protocol version, waiting, delayed
     rows = json.loads(_run("queues", "--json", url=redis_url).output)
     mine = next(r for r in rows if r["queue"] == queue_name)
     assert mine["counts"]["waiting"] == 1 and mine["paused"] is False
+    assert mine["protocol_version"] == 4
 
 
 def test_info_and_jobs_on_a_missing_queue_say_so(redis_url: str) -> None:
@@ -142,3 +143,21 @@ def test_spark_commands_take_the_shared_options() -> None:
     assert missing.exit_code == 2 and "give --archive, or at least one --queue" in missing.output
     no_path = CliRunner().invoke(main, ["archive", "--queue", "q"])
     assert no_path.exit_code == 2 and "--path" in no_path.output
+
+
+def test_suspects_listed_released_and_failed(
+    redis_url: str, queue_name: str, sync_queue: Queue, redis_client: redis.Redis
+) -> None:
+    for job_id in ("s1", "s2", "plain"):
+        sync_queue.enqueue("t", None, id=job_id)
+    for job_id in ("s1", "s2"):
+        redis_client.hset(sync_queue.core.keys.job(job_id), "stalls", 1)
+    rows = json.loads(_run("jobs", "list", queue_name, "--json", url=redis_url).output)
+    assert {r["id"]: r["suspect"] for r in rows} == {"s1": True, "s2": True, "plain": False}
+    assert "suspect" in _run("jobs", "list", queue_name, url=redis_url).output
+    assert _run("release-suspect", queue_name, "s1", url=redis_url).output == "s1: released\n"
+    assert not sync_queue.get("s1").suspect
+    assert _run("fail-suspect", queue_name, "s2", url=redis_url).output == "s2: failed\n"
+    assert sync_queue.get("s2").state is JobState.FAILED
+    refused = _run("release-suspect", queue_name, "plain", url=redis_url)
+    assert refused.exit_code == 1 and "not a suspect" in refused.output

@@ -250,20 +250,47 @@ def test_worker_refuses_a_negative_grace() -> None:
     assert done.exit_code == 2 and "--grace" in done.output
 
 
-def test_an_import_error_inside_the_module_keeps_its_traceback(tmp_path: Path) -> None:
-    (tmp_path / "broken_app.py").write_text("import not_installed_anywhere\n")
+@pytest.mark.parametrize(
+    ("source", "first_line", "user_lines"),
+    [
+        (
+            "import not_installed_anywhere\n",
+            "ModuleNotFoundError: No module named 'not_installed_anywhere'",
+            ['broken_app.py", line 1, in <module>', "import not_installed_anywhere"],
+        ),
+        (
+            "def helper():\n    return 1 / 0\n\nhelper()\n",
+            "ZeroDivisionError: division by zero",
+            ['broken_app.py", line 4, in <module>', 'line 2, in helper', "return 1 / 0"],
+        ),
+        (
+            "x = 1\ndef f(:\n    pass\n",
+            "SyntaxError: invalid syntax",
+            ['broken_app.py", line 2', "def f(:"],
+        ),
+        (
+            "from conveyor import Tasks\ntasks = Tasks('bad name!')\n",
+            "InvalidNameError: invalid queue name 'bad name!'",
+            ['broken_app.py", line 2, in <module>', "tasks = Tasks('bad name!')"],
+        ),
+    ],
+)
+def test_an_error_inside_the_module_shows_one_line_and_the_users_frames(
+    tmp_path: Path, source: str, first_line: str, user_lines: list[str]
+) -> None:
+    (tmp_path / "broken_app.py").write_text(source)
     proc = subprocess.run(
         [*CLI, "worker", "broken_app:tasks", "--url", "redis://127.0.0.1:1/0"],
         capture_output=True, text=True, timeout=60, cwd=tmp_path,
     )  # fmt: skip
-    assert proc.returncode != 0
-    assert "Traceback" in proc.stderr and 'broken_app.py", line 1' in proc.stderr
-    assert "not_installed_anywhere" in proc.stderr
-    missing = subprocess.run(
-        [*CLI, "worker", "no_such_app:tasks"], capture_output=True, text=True, timeout=60,
-        cwd=tmp_path,
-    )  # fmt: skip
-    assert missing.returncode == 2 and "no module 'no_such_app'" in missing.stderr
+    assert proc.returncode == 2, proc.stderr
+    first, *rest = proc.stderr.splitlines()
+    assert first.startswith("error: importing module 'broken_app' failed: " + first_line), first
+    assert "Traceback" not in proc.stderr
+    for line in user_lines:
+        assert line in proc.stderr, proc.stderr
+    files = [line for line in rest if line.lstrip().startswith("File ")]
+    assert files and all("broken_app.py" in line for line in files), proc.stderr
 
 
 def test_version() -> None:

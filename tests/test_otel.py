@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from click.testing import CliRunner
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -17,6 +18,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from conveyor import Queue
 from conveyor.client.models import QueueSettings
+from conveyor.integrations.cli import main
 from conveyor.integrations.otel import TracingHook
 from support.workers import APPS, SRC
 
@@ -34,11 +36,19 @@ def test_a_job_s_trace_runs_from_its_enqueue_into_a_worker_process(
     sent = {span.attributes["messaging.message.id"]: span for span in exporter.get_finished_spans()}
     assert set(sent) == {ok.id, ok_sync.id, bad.id}
     producer = sent[ok.id]
-    assert producer.name == f"send {queue_name}" and producer.kind is SpanKind.PRODUCER
+    assert producer.name == f"send {queue_name} traced" and producer.kind is SpanKind.PRODUCER
     assert producer.attributes["messaging.system"] == "conveyor"
     assert producer.attributes["messaging.operation.type"] == "send"
     assert producer.attributes["messaging.destination.name"] == queue_name
     assert producer.attributes["conveyor.task"] == "traced"
+    # the trace id is on the job record, and in `jobs show --json`
+    trace_id = f"{producer.get_span_context().trace_id:032x}"
+    with Queue(queue_name, url=redis_url) as plain:
+        assert (got := plain.get(ok.id)) is not None and got.trace_id == trace_id
+    args = ["jobs", "show", queue_name, ok.id, "--json", "--url", redis_url]
+    shown = CliRunner().invoke(main, args)
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output)["trace_id"] == trace_id
 
     spans_file = tmp_path / "spans.jsonl"
     proc = subprocess.run(
@@ -59,7 +69,8 @@ def test_a_job_s_trace_runs_from_its_enqueue_into_a_worker_process(
         assert consumer["parent_id"] == f"0x{producer_context.span_id:016x}"
         assert consumer["links"][0]["context"]["span_id"] == f"0x{producer_context.span_id:016x}"
         attributes: dict[str, Any] = consumer["attributes"]
-        assert consumer["name"] == f"process {queue_name}"
+        task = sent[job_id].attributes["conveyor.task"]
+        assert consumer["name"] == f"process {queue_name} {task}"
         assert attributes["messaging.operation.type"] == "process"
         assert attributes["messaging.destination.name"] == queue_name
         assert attributes["conveyor.job.attempt"] == 1

@@ -40,12 +40,15 @@ MODULES = (
     "security",
     "cluster",
     "flows",
+    "flow_endings",
     "soak",
     "execution",
     "round2",
     "memory",
     "semantics",
     "sentinel",
+    "suspects",
+    "truth",
 )
 
 

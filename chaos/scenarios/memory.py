@@ -3,6 +3,7 @@ user-space OOM killer SIGKILLs its worker, alone and while its producer re-enque
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -23,10 +24,12 @@ from conveyor.protocol.keys import QueueKeys
 
 
 class OomKiller(threading.Thread):
-    """A user-space OOM killer (what earlyoom or systemd-oomd do): every 20 ms it reads each
-    worker's resident memory from /proc and SIGKILLs a worker past `limit_mb`, as the kernel's
-    OOM killer would under a memory limit. (No cgroup is needed, and the machine, shared with
-    others, never runs short: the hog is killed at a few hundred MiB.)"""
+    """A user-space OOM killer (what earlyoom or systemd-oomd do): every 20 ms it reads the
+    resident memory of each worker and of its child processes from /proc and SIGKILLs the one
+    past `limit_mb`, as the kernel's OOM killer picks the process that holds the memory. (No
+    cgroup is needed, and the machine, shared with others, never runs short: the hog is killed
+    at a few hundred MiB.) A worker killed takes its children with it (its process group); a
+    child killed leaves its worker running."""
 
     def __init__(self, scene: Scene, pools: list[WorkerPool], limit_mb: int) -> None:
         super().__init__(daemon=True)
@@ -40,20 +43,49 @@ class OomKiller(threading.Thread):
         while not self._halt.wait(0.02):
             for pool in self.pools:
                 for proc in pool.live():
-                    try:
-                        with open(f"/proc/{proc.pid}/statm") as statm:
-                            resident = int(statm.read().split()[1]) * self._page
-                    except (OSError, ValueError, IndexError):
-                        continue
-                    if resident > self.limit and proc.pid not in self._killed:
-                        self._killed.add(proc.pid)
-                        self.scene.ledger.record("kill", "oom", 0, "SIGKILL", pid=proc.pid)
-                        proc.signal(signal.SIGKILL)
-                        self.kills.append((proc.pid, resident))
+                    for pid in [proc.pid, *_descendants(proc.pid)]:
+                        resident = self._resident(pid)
+                        if resident > self.limit and pid not in self._killed:
+                            self._killed.add(pid)
+                            self.scene.ledger.record("kill", "oom", 0, "SIGKILL", pid=pid)
+                            if pid == proc.pid:
+                                proc.signal(signal.SIGKILL)
+                            else:
+                                with contextlib.suppress(ProcessLookupError):
+                                    os.kill(pid, signal.SIGKILL)
+                            self.kills.append((pid, resident))
+
+    def _resident(self, pid: int) -> int:
+        try:
+            with open(f"/proc/{pid}/statm") as statm:
+                return int(statm.read().split()[1]) * self._page
+        except (OSError, ValueError, IndexError):
+            return 0
 
     def stop(self) -> None:
         self._halt.set()
         self.join(5)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes below `pid` (its children's children too), from /proc: each thread
+    lists the children it started."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            threads = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for tid in threads:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children") as children:
+                    kids = [int(k) for k in children.read().split()]
+            except (OSError, ValueError):
+                continue
+            found += kids
+            todo += kids
+    return found
 
 
 def _hog_phase(

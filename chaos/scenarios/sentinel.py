@@ -32,15 +32,16 @@ def start_deployment(scene: Scene, replicas: int = 2, sentinels: int = 3) -> Dep
 
 
 def _fail_over(deployment: Deployment, kill: bool) -> tuple[int, int, float]:
-    """SENTINEL FAILOVER, or SIGKILL of the master (restarted empty: the
-    sentinels make it a replica of the new one); (old port, new port, seconds)."""
+    """SENTINEL FAILOVER, or SIGKILL of the master, restarted as the docs say:
+    with --replicaof the new master, never as an empty master a later failover
+    could promote; (old port, new port, seconds)."""
     old = deployment.master_port()
     started = time.monotonic()
     if kill:
         victim = next(s for s in deployment.servers if s.port == old)
         victim.kill()
         new = deployment.wait_new_master(old, timeout=90)
-        victim.start()
+        victim.start(replicaof=new)
     else:
         new = deployment.failover(timeout=90)
     return old, new, time.monotonic() - started

@@ -119,7 +119,7 @@ def soak(
     fixed_b = {k.encode() for k in fixed}
     # the metrics history: one hash per hour, each expiring a week after its last write
     # (checked below: a history key without a TTL fails "no key without a TTL")
-    history = (f"{keys.base}metrics:".encode(), f"{keys.base}timings:".encode())
+    history = tuple(f"{keys.base}{kind}:".encode() for kind in ("metrics", "timings", "tmax"))
 
     def back_to_baseline() -> bool:
         return not [

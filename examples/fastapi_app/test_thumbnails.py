@@ -10,7 +10,10 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio.to_thread
+import httpx
 import pytest
+from asgi_lifespan import LifespanManager
 from fastapi.testclient import TestClient
 from thumbnails import app, tasks
 
@@ -52,7 +55,42 @@ def test_each_test_client_gets_its_own_queues(client: TestClient) -> None:
 
 def test_unknown_and_invalid_ids_are_404(client: TestClient) -> None:
     assert client.get("/thumbnails/nope").status_code == 404
-    assert client.get("/thumbnails/" + "x" * 300).status_code == 404
+    assert client.get("/thumbnails/" + "x" * 300).status_code == 404  # get() gives None
+    assert client.get("/thumbnails/a b").status_code == 404
+
+
+async def test_async_tests_with_httpx_and_the_lifespan(conveyor_url: str, conveyor_worker) -> None:
+    """httpx's ASGITransport runs no lifespan: LifespanManager runs it (and hands its state
+    to every request)."""
+    async with (
+        LifespanManager(app) as manager,
+        httpx.AsyncClient(transport=httpx.ASGITransport(manager.app), base_url="http://t") as c,
+    ):
+        created = await c.post("/thumbnails", json={"path": "cat.jpg", "size": 32})
+        assert created.status_code == 202
+        assert (await conveyor_worker.adrain(tasks)).completed == 1
+        status = await c.get(f"/thumbnails/{created.json()['id']}")
+        assert status.json()["result"] == {"thumbnail": "thumbs/32/cat.jpg"}
+
+
+def test_the_queue_dependencies_take_no_thread(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An async endpoint with the AsyncQueue dependency runs on the event loop alone; a
+    `def` endpoint takes the thread pool for itself only, not for its Queue dependency."""
+    hops: list[object] = []
+    run_sync = anyio.to_thread.run_sync
+
+    async def counted(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        hops.append(fn)
+        return await run_sync(fn, *args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    job_id = client.post("/thumbnails", json={"path": "a.jpg"}).json()["id"]
+    assert client.get(f"/thumbnails/{job_id}").status_code == 200
+    assert hops == []
+    assert client.get("/queue").json()["waiting"] == 1
+    assert hops and not any("dependency" in repr(hop) for hop in hops)  # the endpoint's own
 
 
 def test_without_the_lifespan_the_error_says_what_to_do(conveyor_url: str) -> None:

@@ -1,10 +1,11 @@
 """An example FastAPI app that hands work to Conveyor.
 
-Run it (one Redis URL for both sides):
+Run it from this directory, in three terminals, on the embedded Redis (as in Getting started;
+with a Redis of your own, export one CONVEYOR_REDIS_URL for every side instead):
 
-    export CONVEYOR_REDIS_URL=redis://127.0.0.1:6379/0
+    conveyor redis                        # the embedded Redis (Ctrl-C stops it)
     uvicorn thumbnails:app                # the web app
-    conveyor worker thumbnails:tasks      # a worker, as many as you like
+    conveyor worker thumbnails:tasks -v   # a worker, as many as you like
 
 `pytest examples/fastapi_app` tests it against a private Redis (Conveyor's pytest plugin).
 """
@@ -17,11 +18,10 @@ from fastapi import Depends, FastAPI, HTTPException
 from pydantic import BaseModel
 
 from conveyor import AsyncQueue, Queue, Tasks
-from conveyor.errors import ValidationError
 from conveyor.integrations.asgi import ConveyorLifespan
 from conveyor.worker import current_job
 
-tasks = Tasks("thumbnails")  # Redis from CONVEYOR_REDIS_URL
+tasks = Tasks("thumbnails")  # Redis from CONVEYOR_REDIS_URL, else the embedded one
 
 
 @tasks.task(max_failures=3, timeout=60)
@@ -50,10 +50,7 @@ async def create_thumbnail(request: ThumbnailRequest, jobs: Jobs) -> dict[str, s
 
 @app.get("/thumbnails/{job_id}")
 async def thumbnail_status(job_id: str, jobs: Jobs) -> dict[str, Any]:
-    try:
-        job = await jobs.get(job_id)
-    except ValidationError:  # not a valid job id: no such job either
-        job = None
+    job = await jobs.get(job_id)  # None for any id that is no job's, even a malformed one
     if job is None:
         raise HTTPException(status_code=404, detail="no such job")
     return {"state": job.state, "progress": job.progress, "result": job.result}

@@ -6,20 +6,27 @@ ConveyorError
 │   ├── InvalidJobIdError
 │   ├── PayloadTooLargeError
 │   ├── NotSerializableError                data or result is not JSON
-│   └── UnknownOptionError (also TypeError)
+│   ├── UnknownOptionError (also TypeError)
+│   ├── DuplicateChildError                 a flow names one id twice under a parent
+│   └── NotASuspectError                    release/fail_suspect of a job that is not one
 ├── GroupFullError                          a group is at its max_waiting: the job was refused
 ├── ConfigurationError                      bad settings (URL, missing Redis binary ...)
 ├── ServerError                             the Redis server cannot be used
 │   ├── UnsupportedServerError              older than Redis 6.2
 │   ├── EvictionPolicyError                 maxmemory-policy is not noeviction
 │   ├── ProtocolVersionError                the queue was written by another protocol version
+│   ├── MigrationRefusedError               migrate: workers of the old version answer the roll call
 │   └── OutOfMemoryError                    maxmemory reached: the write was refused
 ├── ConnectionLostError                     Redis unreachable
 │   └── UncertainWriteError                 sent, no reply: the write may have been applied
 │       └── UnreplicatedWriteError          applied, but WAIT saw too few replicas get it
 ├── JobNotFoundError (also KeyError)
+├── WorkerNotFoundError (also KeyError)     quiet / stop: no live worker with that id
 ├── JobFailedError                          wait_result(): the job failed for good
-│   └── JobExpiredError                     ... without running: not started by its `expires`
+│   ├── JobExpiredError                     ... without running: not started by its `expires`
+│   ├── ChildFailedError                    ... because a child failed under on_fail="fail"
+│   ├── JobCancelledError                   a flow child cancelled or removed before it ran
+│   └── FlowConflictError                   a flow child whose id was in use: never created
 ├── WaitTimeoutError (also TimeoutError)    wait_result(): no outcome within the timeout
 ├── LeaseLostError                          a worker's write was refused (fencing)
 ├── JobTimeoutError (also TimeoutError)     a handler ran past its timeout
@@ -32,6 +39,7 @@ ConveyorError
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
@@ -64,6 +72,13 @@ class UnknownOptionError(ValidationError, TypeError):
     pass
 
 
+class DuplicateChildError(ValidationError):
+    """A flow names one job id twice under one parent (in one queue or in
+    several), or one node (`<queue>/<id>`) twice anywhere: a parent's
+    children are told apart by their ids, so the whole flow is refused and
+    nothing of it is written (docs/protocol.md §14.2)."""
+
+
 class ConfigurationError(ConveyorError):
     pass
 
@@ -81,7 +96,15 @@ class EvictionPolicyError(ServerError):
 
 
 class ProtocolVersionError(ServerError):
-    pass
+    """`found`: the version the queue's meta carries ('' when none)."""
+
+    def __init__(self, message: str, *, found: str = "") -> None:
+        super().__init__(message)
+        self.found = found
+
+
+class MigrationRefusedError(ServerError):
+    """Queue.migrate() changed nothing: workers of the old version are live."""
 
 
 class OutOfMemoryError(ServerError):
@@ -105,20 +128,44 @@ class UnreplicatedWriteError(UncertainWriteError):
     """With QueueSettings(min_replicas=N): the write was applied on the master,
     but WAIT did not see N replicas acknowledge it within replica_timeout. It
     survives unless the master fails before a replica gets it; the client has
-    already re-sent an enqueue (and waited again) before raising this."""
+    already re-sent an enqueue (and waited again) before raising this.
+    `replies`: the master's replies to the calls that were sent (what was applied)."""
+
+    def __init__(self, message: str, replies: list[Any] | None = None) -> None:
+        super().__init__(message)
+        self.replies = replies
 
 
 class JobNotFoundError(ConveyorError, KeyError):
     pass
 
 
+class NotASuspectError(ValidationError):
+    """Queue.release_suspect / fail_suspect of a job that is not a suspect: it
+    never stalled, an operator released it already, or it has finished."""
+
+
+class WorkerNotFoundError(ConveyorError, KeyError):
+    """No live worker with that id serves the queue (Queue.quiet_worker / stop_worker)."""
+
+    def __str__(self) -> str:  # KeyError's would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
 class JobFailedError(ConveyorError):
-    """The awaited job failed for good; `error` is its last error text."""
+    """The awaited job failed for good; `error` is its last error text,
+    `error_type` the name of the error that failed it (`ValueError`,
+    `JobTimeoutError`, `ChildFailedError` ...: the text's leading `Type:`,
+    docs/protocol.md §4.1), `cause` the failure that caused it (a parent's
+    child's, for ChildFailedError) or None. `failure_of` builds the most
+    specific class for a stored error text."""
 
     def __init__(self, job_id: str, error: str) -> None:
         super().__init__(f"job {job_id!r} failed: {error}")
         self.job_id = job_id
         self.error = error
+        self.error_type = error_type(error)
+        self.cause: JobFailedError | None = None
 
 
 class JobExpiredError(JobFailedError):
@@ -126,6 +173,55 @@ class JobExpiredError(JobFailedError):
     it failed without running (docs/protocol.md §16.2)."""
 
     PREFIX = "JobExpiredError:"
+
+
+class ChildFailedError(JobFailedError):
+    """A parent failed because one of its children failed for good under
+    `on_fail="fail"` (docs/protocol.md §14.6). `child` is that child's
+    reference `<queue>/<id>`; `cause` its own failure, typed (a
+    JobCancelledError, a FlowConflictError, a ChildFailedError one level
+    down, or a JobFailedError with the handler's `error_type`)."""
+
+    def __init__(self, job_id: str, error: str) -> None:
+        super().__init__(job_id, error)
+        match = _CHILD_FAILED.match(error)
+        self.child = match.group(1) if match else ""
+        if match:
+            self.cause = failure_of(self.child.partition("/")[2], match.group(2))
+
+
+class JobCancelledError(JobFailedError):
+    """A flow child was cancelled or removed before it ran: the failure its
+    parent is handed, under the child's `on_fail` (docs/protocol.md §14.9)."""
+
+
+class FlowConflictError(JobFailedError):
+    """A flow child was not created: its id was in use under another parent
+    or as a job of its own. Its parent is handed this failure, so it never
+    waits for it (docs/protocol.md §14.3)."""
+
+
+_CHILD_FAILED = re.compile(r"ChildFailedError: child (\S+) failed: (.*)\Z", re.DOTALL)
+_ERROR_TYPE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*):")
+_FAILURES: dict[str, type[JobFailedError]] = {
+    "JobExpiredError": JobExpiredError,
+    "ChildFailedError": ChildFailedError,
+    "JobCancelledError": JobCancelledError,
+    "CancelledError": JobCancelledError,  # the text of protocol 4 records before the rename
+    "FlowConflictError": FlowConflictError,
+}
+
+
+def error_type(error: str | None) -> str | None:
+    """The type name an error text starts with (`Type: message`), or None."""
+    match = _ERROR_TYPE.match(error or "")
+    return match.group(1) if match else None
+
+
+def failure_of(job_id: str, error: str) -> JobFailedError:
+    """The JobFailedError (its most specific subclass) of a job that failed
+    for good with the stored error text `error`."""
+    return _FAILURES.get(error_type(error) or "", JobFailedError)(job_id, error)
 
 
 def expired_error(expires_at_ms: int) -> str:

@@ -18,6 +18,7 @@ work for hooks.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -104,10 +105,10 @@ class Hook:
     def on_lease_lost(self, job: RunningJob) -> None:
         """The worker lost the job's lease (it expired, or was taken over)."""
 
-    def on_stalled(self, *, recovered: int, failed: int) -> None:
-        """This worker's reaper found expired leases: `recovered` jobs go
-        back to the queue, `failed` stalled too often. Called from the
-        heartbeat thread."""
+    def on_stalled(self, *, recovered: int, failed: int, queue: str) -> None:
+        """This worker's reaper found expired leases in `queue`: `recovered`
+        jobs go back to the queue, `failed` stalled too often. Called from the
+        heartbeat thread. (A hook written without `queue` is still called.)"""
 
 
 Bound = tuple[Callable[..., None], ...]
@@ -139,7 +140,7 @@ class Hooks:
         self.on_retry = self._bound("on_retry")
         self.on_final_failure = self._bound("on_final_failure")
         self.on_lease_lost = self._bound("on_lease_lost")
-        self.on_stalled = self._bound("on_stalled")
+        self.on_stalled = tuple(_with_queue(m) for m in self._bound("on_stalled"))
         # whether any hook wants to hear about an enqueue, a run, a written outcome
         self.on_enqueue = bool(self.before_enqueue or self.after_enqueue)
         self.on_run = bool(
@@ -155,6 +156,21 @@ class Hooks:
 
     def __bool__(self) -> bool:
         return bool(self.hooks)
+
+
+def _with_queue(method: Callable[..., None]) -> Callable[..., None]:
+    """An on_stalled written before it was told the queue, called without it."""
+    try:
+        parameters = inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return method
+    if "queue" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        return method
+
+    def without_queue(*, recovered: int, failed: int, queue: str) -> None:
+        method(recovered=recovered, failed=failed)
+
+    return without_queue
 
 
 def call(methods: Bound, *args: Any, **kwargs: Any) -> None:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from conveyor import serializers
+from conveyor.errors import error_type
 from conveyor.protocol.ops import text
 from conveyor.protocol.record import RECORD_DEFAULTS, record_data
 from conveyor.timeutil import from_ms
@@ -25,6 +26,7 @@ class JobState(enum.StrEnum):
 
 
 FINISHED_STATES = frozenset({JobState.COMPLETED, JobState.FAILED})
+SUSPECT_STATES = frozenset({JobState.WAITING, JobState.DELAYED, JobState.ACTIVE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +34,11 @@ class AttemptError:
     """The error of one failed (or stalled) run, from a job's attempt history."""
 
     attempt: int
-    at: datetime
+    at: datetime  # when the run ended
     error: str
+    kind: str = "failed"  # failed | stalled
+    started_at: datetime | None = None  # None: written by an older peer
+    worker: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +82,34 @@ class Job:
     errors: tuple[AttemptError, ...] = ()
     # the resumable state its handler saved last (save_checkpoint, ResumeLater)
     checkpoint: Any = None
+    # an operator released it (Queue.release_suspect): it runs as any job until it stalls again
+    trusted: bool = False
+    # the headers given at enqueue (trace context: docs/protocol.md §15)
+    headers: dict[str, str] | None = None
+
+    @property
+    def trace_id(self) -> str | None:
+        """The OpenTelemetry trace id of the enqueue (its W3C `traceparent`), if any."""
+        parts = (self.headers or {}).get("traceparent", "").split("-")
+        return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None
 
     @property
     def finished(self) -> bool:
         return self.state in FINISHED_STATES
+
+    @property
+    def error_type(self) -> str | None:
+        """The name of the error that failed the latest run (`ValueError`,
+        `JobTimeoutError`; for a parent a child failed, `ChildFailedError`):
+        the leading `Type:` of `error` (docs/protocol.md §4.1), or None."""
+        return error_type(self.error)
+
+    @property
+    def suspect(self) -> bool:
+        """Its last worker died with it (docs/protocol.md §6.2): until it ends, each
+        run is isolated in a child process of its own, one per worker, unless an
+        operator released it."""
+        return self.stalls > 0 and not self.trusted and self.state in SUSPECT_STATES
 
 
 def _int(raw: Mapping[str, str], name: str) -> int:
@@ -120,14 +149,22 @@ def _history(value: str | None) -> tuple[AttemptError, ...]:
         return ()
     try:
         entries = serializers.loads(value)
-        return tuple(
-            AttemptError(
-                int(e["attempt"]), datetime.fromtimestamp(int(e["at"]) / 1000, UTC), str(e["error"])
-            )
-            for e in entries
-        )
-    except (ValueError, TypeError, KeyError):
+        return tuple(_attempt_error(e) for e in entries)
+    except (ValueError, TypeError, KeyError, AttributeError):
         return ()
+
+
+def _headers(value: str | None) -> dict[str, str] | None:
+    """The record's `headers` field, a JSON object of text; unreadable: none."""
+    if not value:
+        return None
+    try:
+        found = serializers.loads(value)
+    except ValueError:
+        return None
+    if not isinstance(found, dict):
+        return None
+    return {str(k): str(v) for k, v in found.items()}
 
 
 def job_from_hash(queue: str, job_id: str, raw_hash: Mapping[Any, Any]) -> Job:
@@ -169,7 +206,21 @@ def job_from_hash(queue: str, job_id: str, raw_hash: Mapping[Any, Any]) -> Job:
         expires_at=from_ms(_ms(raw, "expires_at")),
         errors=_history(raw.get("errors")),
         checkpoint=_json_or_text(raw.get("checkpoint")),
+        headers=_headers(raw.get("headers")),
         parent=raw.get("parent"),
         on_fail=raw.get("on_fail") or "fail",
         children=_int(raw, "children"),
+        trusted=raw.get("trusted") == "1",
+    )
+
+
+def _attempt_error(entry: Mapping[str, Any]) -> AttemptError:
+    started = int(entry.get("started") or 0)
+    return AttemptError(
+        int(entry["attempt"]),
+        datetime.fromtimestamp(int(entry["at"]) / 1000, UTC),
+        str(entry["error"]),
+        kind="stalled" if entry.get("kind") == "stalled" else "failed",
+        started_at=datetime.fromtimestamp(started / 1000, UTC) if started else None,
+        worker=str(entry.get("worker") or "") or None,
     )

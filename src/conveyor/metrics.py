@@ -26,11 +26,26 @@ WEEK_MINUTES = 7 * 24 * 60
 RETENTION_MS = 7 * 24 * HOUR_MS + HOUR_MS
 
 # Upper bounds of the timing buckets, seconds; one more bucket holds the rest.
+# Seven a decade (1, 1.5, 2, 3, 4, 6, 8) up to an hour, then coarser up to a day:
+# a quantile interpolated in a bucket is off by at most half its value.
 BOUNDS: tuple[float, ...] = (
+    0.001, 0.0015, 0.002, 0.003, 0.004, 0.006, 0.008,
+    0.01, 0.015, 0.02, 0.03, 0.04, 0.06, 0.08,
+    0.1, 0.15, 0.2, 0.3, 0.4, 0.6, 0.8,
+    1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0,
+    10.0, 15.0, 20.0, 30.0, 40.0, 60.0, 80.0,
+    100.0, 150.0, 200.0, 300.0, 400.0, 600.0, 800.0,
+    1000.0, 1500.0, 2000.0, 3000.0, 3600.0,
+    5400.0, 7200.0, 10800.0, 14400.0, 21600.0, 43200.0, 86400.0,
+)  # fmt: skip
+# The Prometheus histograms' buckets: few, as each is a time series per task.
+PROMETHEUS_BOUNDS: tuple[float, ...] = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0,
 )  # fmt: skip
-RUN, WAIT = "r", "w"  # the two timing kinds, as written in field names
+# The two timing kinds, as written in field names (`r` and `w` counted on an
+# older, coarser grid: readers skip them, and their hours expire within a week).
+RUN, WAIT = "R", "W"
 TOTALS = ("completed", "failed", "retried", "stalled")  # the fields of `totals`
 
 
@@ -52,6 +67,7 @@ class Histogram:
     bounds: tuple[float, ...]
     counts: tuple[int, ...]
     sum: float  # seconds
+    max: float | None = None  # the largest duration counted, seconds (None: not known)
 
     @property
     def count(self) -> int:
@@ -63,7 +79,8 @@ class Histogram:
 
     def quantile(self, q: float) -> float | None:
         """An estimate of the q-quantile (0 <= q <= 1), interpolated within
-        its bucket; None when empty. Above the last bound it is that bound."""
+        its bucket, never above the largest duration counted (when known);
+        None when empty. Above the last bound it is the largest, else that bound."""
         if not 0.0 <= q <= 1.0:
             raise ValidationError(f"quantile must be within [0, 1], got {q!r}")
         total = self.count
@@ -71,14 +88,15 @@ class Histogram:
             return None
         rank = q * total
         seen = 0
+        estimate = self.bounds[-1] if self.max is None else self.max
         for i, n in enumerate(self.counts):
             if n and seen + n >= rank:
-                if i == len(self.bounds):
-                    return self.bounds[-1]
-                low = self.bounds[i - 1] if i else 0.0
-                return low + (self.bounds[i] - low) * max(0.0, rank - seen) / n
+                if i < len(self.bounds):
+                    low = self.bounds[i - 1] if i else 0.0
+                    estimate = low + (self.bounds[i] - low) * max(0.0, rank - seen) / n
+                break
             seen += n
-        return self.bounds[-1]
+        return estimate if self.max is None else min(estimate, self.max)
 
 
 EMPTY = Histogram(BOUNDS, (0,) * (len(BOUNDS) + 1), 0.0)
@@ -92,6 +110,17 @@ class TaskTimings:
     task: str
     run: Histogram
     wait: Histogram
+
+
+# The minutes, before the current one, that a throughput is averaged over.
+THROUGHPUT_MINUTES = 5
+
+
+def per_minute(history: list[MinuteCounts], minutes: int = THROUGHPUT_MINUTES) -> float:
+    """Completions per minute over the `minutes` full minutes before the last
+    (the current one, still filling) of a history, oldest first."""
+    done = history[:-1][-minutes:]
+    return sum(m.completed for m in done) / minutes if done else 0.0
 
 
 # --- reading the stored form (docs/protocol.md §15) ----------------------------------------
@@ -134,11 +163,19 @@ def minute_counts(
     return history
 
 
-def task_timings(hashes: Iterable[Mapping[Any, Any]]) -> list[TaskTimings]:
+def task_timings(
+    hashes: Iterable[Mapping[Any, Any]], maxima: Iterable[Mapping[Any, Any]] = ()
+) -> list[TaskTimings]:
     """The timings hashes of some hours added up, per task, by task name.
-    Fields: `<kind><bucket>:<task>` counts, `<kind>s:<task>` sums in µs."""
+    Fields: `<kind><bucket>:<task>` counts, `<kind>s:<task>` sums in µs;
+    `maxima`: the hours' `tmax` hashes, `<kind>:<task>` the largest in µs."""
     counts: dict[tuple[str, str], list[int]] = {}
     sums: dict[tuple[str, str], int] = {}
+    largest: dict[tuple[str, str], int] = {}
+    for fields in maxima:
+        for raw_name, raw_value in fields.items():
+            kind, _, task = _text(raw_name).partition(":")
+            largest[(task, kind)] = max(largest.get((task, kind), 0), int(_text(raw_value)))
     for fields in hashes:
         for raw_name, raw_value in fields.items():
             head, _, task = _text(raw_name).partition(":")
@@ -149,15 +186,25 @@ def task_timings(hashes: Iterable[Mapping[Any, Any]]) -> list[TaskTimings]:
             else:
                 buckets = counts.setdefault((task, kind), [0] * (len(BOUNDS) + 1))
                 buckets[min(int(slot), len(BOUNDS))] += value
-    tasks = sorted({task for task, _ in counts} | {task for task, _ in sums})
-    return [TaskTimings(t, _histogram(counts, sums, t, RUN), _histogram(counts, sums, t, WAIT))
-            for t in tasks]  # fmt: skip
+    tasks = sorted({task for task, kind in counts if kind in (RUN, WAIT)})
+    found = (counts, sums, largest)
+    return [TaskTimings(t, _histogram(*found, t, RUN), _histogram(*found, t, WAIT)) for t in tasks]
 
 
 def _histogram(
-    counts: dict[tuple[str, str], list[int]], sums: dict[tuple[str, str], int], task: str, kind: str
+    counts: dict[tuple[str, str], list[int]],
+    sums: dict[tuple[str, str], int],
+    largest: dict[tuple[str, str], int],
+    task: str,
+    kind: str,
 ) -> Histogram:
     buckets = counts.get((task, kind))
     if buckets is None:
         return EMPTY
-    return Histogram(BOUNDS, tuple(buckets), sums.get((task, kind), 0) / 1e6)
+    most = largest.get((task, kind))
+    return Histogram(
+        BOUNDS,
+        tuple(buckets),
+        sums.get((task, kind), 0) / 1e6,
+        None if most is None else most / 1e6,
+    )

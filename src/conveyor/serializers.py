@@ -6,6 +6,7 @@ Never pickle: a queue's contents must not be able to run code in a worker.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -49,7 +50,16 @@ def dumps(value: Any, *, what: str = "data") -> str:
     nesting at most MAX_DEPTH."""
     try:
         text = _encode(value)
-    except (TypeError, ValueError, RecursionError) as exc:
+    except (TypeError, ValueError) as exc:
+        found = _first_bad(value)
+        if found is not None:
+            path, problem = found
+            where = what.removeprefix("the ") + path
+            raise NotSerializableError(
+                f"{what} is not JSON-serialisable: {where} {problem}"
+            ) from None
+        raise NotSerializableError(f"{what} is not JSON-serialisable: {exc}") from None
+    except RecursionError as exc:
         raise NotSerializableError(f"{what} is not JSON-serialisable: {exc}") from None
     if not text.isascii():
         try:
@@ -59,6 +69,41 @@ def dumps(value: Any, *, what: str = "data") -> str:
     if text.count("[") + text.count("{") > MAX_DEPTH and _depth(text) > MAX_DEPTH:
         raise NotSerializableError(f"{what} is nested deeper than {MAX_DEPTH} levels")
     return text
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _first_bad(value: Any) -> tuple[str, str] | None:
+    """The path (`["when"]`, `[2]`) of the first value JSON refuses, and what it is; found
+    only once encoding failed, so the fast path never walks the data."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    seen: set[int] = set()
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return path, f"is {item!r} (JSON has no NaN or Infinity)"
+        if isinstance(item, _SCALARS):
+            continue
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, dict):
+            children = []
+            for key, child in item.items():
+                if not isinstance(key, _SCALARS):
+                    return path, f"has a key of type {type(key).__name__}: {key!r}"
+                shown = _encode_str(key) if isinstance(key, str) else repr(key)
+                children.append((f"{path}[{shown}]", child))
+            stack.extend(reversed(children))
+        elif isinstance(item, list | tuple):
+            stack.extend(reversed([(f"{path}[{i}]", c) for i, c in enumerate(item)]))
+        else:
+            return path, (
+                f"is of type {type(item).__name__}: JSON holds str, int, float, bool, None, "
+                "lists and dicts only, so convert it first"
+            )
+    return None
 
 
 def _depth(text: str) -> int:

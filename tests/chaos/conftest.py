@@ -2,7 +2,7 @@
 default, at full size with --runslow (`make chaos` runs the full sizes outside pytest).
 
 Checks that fail because of a known bug in src/ are asserted in their own tests, marked
-xfail(strict=True) with the bug's id in docs/reliability.md §6.
+xfail(strict=True), the bug named in the reason.
 """
 
 from __future__ import annotations

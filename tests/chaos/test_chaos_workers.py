@@ -29,3 +29,7 @@ def test_sigterm_with_a_sync_handler_past_grace_runs_it_once(scenario: Runs) -> 
 def test_poison_job_fails_after_max_stalls_without_holding_others_up(scenario: Runs) -> None:
     """B1 and B1b (fixed): a suspect runs on a worker that runs nothing else."""
     verdict(scenario("poison-job"))
+
+
+def test_suspects_cost_one_slot_each_and_every_queue_keeps_its_throughput(scenario: Runs) -> None:
+    verdict(scenario("suspects-keep-throughput"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import enum
 import math
 from datetime import datetime
 from typing import Any
@@ -9,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from conveyor import Queue, QueueSettings
+from conveyor import Queue, QueueSettings, serializers
 from conveyor.errors import (
     ConveyorError,
     InvalidJobIdError,
@@ -80,6 +82,22 @@ def test_bad_enqueue_raises_and_writes_nothing(
     assert redis_client.dbsize() == before
 
 
+@pytest.mark.parametrize(
+    ("data", "named"),
+    [
+        ({"when": datetime(2026, 1, 1)}, 'data["when"] is of type datetime'),
+        ({"rows": [1, {"ok": {1, 2}}]}, 'data["rows"][1]["ok"] is of type set'),
+        ([0, 1, math.inf], "data[2] is inf (JSON has no NaN or Infinity)"),
+        ({"by": {(1, 2): "pair"}}, 'data["by"] has a key of type tuple: (1, 2)'),
+        (object(), "data is of type object"),
+    ],
+)
+def test_not_serialisable_names_the_path_of_the_value(queue: Any, data: Any, named: str) -> None:
+    with pytest.raises(NotSerializableError) as raised:
+        queue.enqueue("task", data)
+    assert named in str(raised.value)
+
+
 def test_nesting_up_to_the_limit_is_accepted(queue: Any) -> None:
     assert queue.enqueue("task", _nested(200)).outcome == "created"
     assert queue.enqueue("task", {"s": "[[[[" * 100}).outcome == "created"  # brackets in text
@@ -135,8 +153,45 @@ def test_ids_with_special_characters_stay_in_their_queue(queue: Any) -> None:
 
 
 def test_bad_ids_on_lookups_are_refused(queue: Any) -> None:
-    for call in (queue.get, queue.cancel):
-        with pytest.raises(InvalidJobIdError):
-            call("a\nb")
+    with pytest.raises(InvalidJobIdError):
+        queue.cancel("a\nb")
     with pytest.raises(InvalidJobIdError):
         queue.wait_result("", timeout=1)
+
+
+def test_a_results_bad_value_is_named_from_result() -> None:
+    with pytest.raises(NotSerializableError, match=r'the result is not .*: result\["at"\] is of'):
+        serializers.dumps({"at": datetime(2026, 1, 1)}, what="the result")
+
+
+@pytest.mark.parametrize("job_id", ["a b", "a\nb", "", "x" * 257, "é"])
+def test_get_of_an_id_no_job_can_have_is_none(queue: Any, job_id: str) -> None:
+    """A status endpoint passes whatever id it was given: no job has it, so None."""
+    assert queue.get(job_id) is None
+    with pytest.raises(InvalidJobIdError):
+        queue.get(42)  # not text at all: a programming error, said as such
+
+
+def test_what_json_changes_is_what_the_jobs_guide_says(queue: Any) -> None:
+    """The table of docs/guide/jobs.md, "Serialisation": what a handler reads back."""
+
+    class Colour(enum.StrEnum):
+        RED = "red"
+
+    sent = {
+        "tuple": (1, 2),
+        "int keys": {1: "a"},
+        "other keys": {True: 1, None: 2, 1.5: 3},
+        "enum": Colour.RED,
+        "defaultdict": collections.defaultdict(int, a=1),
+        "numbers": [-0.0, 1e300, 2**100],
+    }
+    job = queue.enqueue("t", sent)
+    assert queue.get(job.id).data == {
+        "tuple": [1, 2],
+        "int keys": {"1": "a"},
+        "other keys": {"true": 1, "null": 2, "1.5": 3},
+        "enum": "red",
+        "defaultdict": {"a": 1},
+        "numbers": [-0.0, 1e300, 2**100],
+    }

@@ -159,3 +159,43 @@ def test_the_cli_shows_a_flow_s_node_and_a_page_of_its_children(
     assert [(c["ref"], c["state"]) for c in tree["page"]] == [
         (f"{queue_name}/c2", "waiting"), (f"{other.name}/far", "waiting")
     ]  # fmt: skip
+
+
+def test_cancel_abort_and_remove_carry_a_flow_down_every_queue_before_they_return(
+    queue: Any, other: Queue, redis_url: str
+) -> None:
+    """No worker runs: the client carries the cancellation and the hand-offs
+    itself (protocol §14.9), through either client."""
+    third = f"{other.name}-3"
+
+    def tree(root: str) -> FlowJob:
+        return FlowJob(task="p", options={"id": root}, children=[
+            FlowJob(task="m", queue=other.name, children=[
+                FlowJob(task="l", queue=third) for _ in range(3)]) for _ in range(4)
+        ])  # fmt: skip
+
+    queue.enqueue_flow(tree("r1"))
+    assert queue.cancel("r1") is True
+    queue.enqueue_flow(tree("r2"))
+    assert queue.remove("r2") == "removed"
+    with Queue(queue.name, url=redis_url) as first, Queue(third, url=redis_url) as last:
+        for q in (first, other, last):
+            assert sum(q.counts().values()) == 0
+            assert q.client.xlen(q.core.keys.outbox) == 0
+    leaf = queue.enqueue_flow(
+        FlowJob(task="p", children=[FlowJob(task="l", queue=other.name, options={"id": "l1"})])
+    )
+    assert other.abort("l1") == "cancelled"
+    assert queue.get(leaf.id).state is JobState.FAILED
+
+
+def test_purging_flow_children_counts_them_and_tells_their_parents(
+    queue: Any, other: Queue
+) -> None:
+    done = other.enqueue_flow(
+        FlowJob(task="p", children=[FlowJob(task="c", queue=queue.name) for _ in range(5)])
+    )
+    assert queue.purge(JobState.WAITING, batch=2) == 5
+    assert sum(queue.counts().values()) == 0
+    parent = other.get(done.id)
+    assert parent.state is JobState.FAILED and "CancelledError" in (parent.error or "")

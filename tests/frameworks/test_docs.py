@@ -33,8 +33,8 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
 
 
 def _liveness_probe() -> str:
-    """The Python of the Kubernetes livenessProbe in docs/deployment.md."""
-    lines = (ROOT / "docs" / "deployment.md").read_text().splitlines()
+    """The Python of the Kubernetes livenessProbe in docs/deployment/index.md."""
+    lines = (ROOT / "docs" / "deployment" / "index.md").read_text().splitlines()
     start = lines.index("                - |") + 1
     body = []
     for line in lines[start:]:

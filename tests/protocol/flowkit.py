@@ -24,7 +24,8 @@ def node(
 
 
 def add(q: Proto, *nodes: flows.FlowNodeArgs) -> list[tuple[str, str]]:
-    return flows.decode_flow_add(q.run(flows.flow_add(q.keys, nodes, events_maxlen=MAXLEN)))
+    reply = q.run(flows.flow_add(q.keys, nodes, events_maxlen=MAXLEN))
+    return flows.decode_flow_add(reply, len(nodes))
 
 
 def ref(q: Proto, job_id: str) -> str:

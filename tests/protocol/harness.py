@@ -95,6 +95,8 @@ class Proto:
         lease_ms: int = 30_000,
         promote: int = 100,
         compact: bool = True,
+        alone: bool = True,
+        isolates: bool = False,
     ) -> ops.Call:
         return ops.claim(
             self.keys,
@@ -105,6 +107,8 @@ class Proto:
             promote=promote,
             events_maxlen=MAXLEN,
             compact=compact,
+            alone=alone,
+            isolates=isolates,
         )
 
     def claim(self, count: int = 1, *, compact: bool = True, **kwargs: Any) -> ops.ClaimReply:

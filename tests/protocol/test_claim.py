@@ -536,3 +536,53 @@ def test_a_claims_one_entry_counts_once_against_maxlen(q: Proto) -> None:
     # 251 entries: the first node goes, the rest (151) is not over 100 by a whole node
     assert q.r.xlen(q.keys.events) == 151
     assert len(q.events("active")[0]["ids"].split()) == 200
+
+
+def test_a_worker_that_isolates_suspects_leases_one_beside_its_other_jobs(q: Proto) -> None:
+    # ARGV[7] = 2: at most one suspect per call, wherever it stands, and the call goes on
+    for job_id in ("a", "s1", "b", "s2", "c"):
+        q.enqueue(job_id)
+    for suspect in ("s1", "s2"):
+        q.r.hset(q.keys.job(suspect), "stalls", 1)
+    reply = q.claim(5, isolates=True)
+    assert [j.id for j in reply.jobs] == ["a", "s1", "b", "c"]
+    assert reply.held  # s2 was met and left
+    assert q.members(q.keys.ready) == ["s2"]
+    assert q.job("s2")["state"] == "waiting"
+
+
+def test_a_worker_running_a_suspect_steps_over_the_others(q: Proto) -> None:
+    # ARGV[7] = 3: suspects keep their place and score; the jobs around them are claimed
+    for job_id in ("s1", "a", "s2", "b", "c"):
+        q.enqueue(job_id)
+    scores = {m: q.score(q.keys.ready, m) for m in ("s1", "s2")}
+    for suspect in ("s1", "s2"):
+        q.r.hset(q.keys.job(suspect), "stalls", 1)
+    reply = q.claim(2, isolates=True, alone=False)
+    assert ([j.id for j in reply.jobs], reply.held) == (["a", "b"], True)
+    assert q.members(q.keys.ready) == ["s1", "s2", "c"]
+    assert {m: q.score(q.keys.ready, m) for m in ("s1", "s2")} == scores
+    assert q.claimed_ids(5, isolates=True, alone=False) == ["c"]
+    assert q.claimed_ids(5, isolates=True) == ["s1"]  # a worker free of suspects takes one
+
+
+def test_only_suspects_ready_leave_a_busy_worker_empty_handed_and_no_wake(q: Proto) -> None:
+    q.enqueue("s")
+    q.r.hset(q.keys.job("s"), "stalls", 1)
+    q.r.delete(q.keys.marker)
+    reply = q.claim(5, isolates=True, alone=False)
+    assert (reply.jobs, reply.held) == ([], True)
+    assert q.r.zcard(q.keys.marker) == 0  # no wake: workers running a suspect would spin
+
+
+def test_suspects_stepped_over_in_groups_go_back_to_their_group(q: Proto) -> None:
+    q.enqueue("g1", group="g")
+    q.enqueue("s", group="h")
+    q.enqueue("g2", group="g")
+    q.r.hset(q.keys.job("s"), "stalls", 1)
+    reply = q.claim(5, isolates=True, alone=False)
+    assert sorted(j.id for j in reply.jobs) == ["g1", "g2"]
+    assert q.members(q.keys.group_ready("h")) == ["s"]
+    assert "h" in q.members(q.keys.groups)
+    assert q.claimed_ids(5, isolates=True) == ["s"]
+    assert q.job("s")["state"] == "active"

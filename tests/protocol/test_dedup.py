@@ -24,6 +24,15 @@ def _send(q: Proto, *jobs: tuple[str, tuple[str, ...], dict[str, Any]]) -> list[
 SIMPLE = ("dedup=k", "dedup_mode=simple")
 
 
+def test_a_missing_or_unknown_mode_is_simple(q: Proto) -> None:
+    assert _send(q, ("a", ("dedup=k",), {})) == ["created", "waiting"]
+    assert _send(q, ("b", ("dedup=k",), {})) == ["deduplicated", "waiting", "1", "a"]
+    assert _send(q, ("c", ("dedup=k", "dedup_mode=other"), {})) == [
+        "deduplicated", "waiting", "1", "a",
+    ]  # fmt: skip
+    assert q.r.get(q.keys.base + "dedup:k") == b"a" and q.job("b") == q.job("c") == {}
+
+
 def test_simple_mode_stands_aside_while_the_job_is_unfinished(q: Proto) -> None:
     assert _send(q, ("a", SIMPLE, {"data": 1})) == ["created", "waiting"]
     assert q.r.get(q.keys.base + "dedup:k") == b"a"

@@ -66,3 +66,55 @@ def test_a_delayed_leaf_and_a_delayed_parent_keep_their_due_time(q: Proto) -> No
     now = q.now()
     assert int(q.stored("p")["run_at"]) >= now + 59_000
     assert q.stored("p")["state"] == "waiting_children"
+
+
+def test_headers_expire_in_and_ckeys_are_stored_on_every_node(q: Proto) -> None:
+    opts = {"headers": {"trace": "t"}, "expires": 60, "concurrency_keys": ["api", "db"]}
+    add(q, node(q, "p", children=(ref(q, "c"),), **opts), node(q, "c", parent=ref(q, "p"), **opts))
+    for job_id in ("p", "c"):
+        stored = q.stored(job_id)
+        assert (stored["headers"], stored["ckeys"]) == ('{"trace":"t"}', "api,db")
+        assert int(stored["expires_at"]) - int(stored["created_at"]) == 60_000
+
+
+def test_nothing_is_written_under_a_node_that_is_not_open(q: Proto) -> None:
+    q.enqueue("taken")
+    tree = [
+        node(q, "p", children=(ref(q, "taken"), ref(q, "b"))),
+        node(q, "taken", parent=ref(q, "p"), on_fail="ignore", children=(ref(q, "g"),)),
+        node(q, "g", parent=ref(q, "taken")),
+        node(q, "b", parent=ref(q, "p")),
+    ]
+    assert add(q, *tree) == [
+        ("created", "waiting_children"), ("conflict", "waiting"), ("skipped", ""),
+        ("created", "waiting"),
+    ]  # fmt: skip
+    assert q.stored("g") == {}
+    # a root that exists and no longer waits for children: its tree is left alone
+    assert add(q, node(q, "taken", children=(ref(q, "x"),)), node(q, "x", parent=ref(q, "taken")))[
+        1
+    ] == ("skipped", "")
+    assert q.stored("x") == {}
+
+
+def test_a_root_stands_for_its_dedup_key_and_a_child_ignores_one(q: Proto) -> None:
+    from conveyor.protocol import flows
+
+    from .harness import MAXLEN
+
+    def send(*nodes: flows.FlowNodeArgs) -> list[str]:
+        call = flows.flow_add(q.keys, nodes, events_maxlen=MAXLEN)
+        return [x.decode() if isinstance(x, bytes) else str(x) for x in q.run(call)]
+
+    first = [node(q, "r1", dedup="k", children=(ref(q, "c1"),)),
+             node(q, "c1", parent=ref(q, "r1"), dedup="other")]  # fmt: skip
+    assert send(*first) == ["created", "waiting_children", "created", "waiting"]
+    assert q.r.get(q.keys.base + "dedup:k") == b"r1" and "dedup" not in q.stored("c1")
+    assert q.r.get(q.keys.base + "dedup:other") is None
+    second = [node(q, "r2", dedup="k", children=(ref(q, "c2"),)),
+              node(q, "c2", parent=ref(q, "r2"))]  # fmt: skip
+    assert send(*second) == ["deduplicated", "waiting_children", "skipped", "", "1", "r1"]
+    assert q.stored("r2") == q.stored("c2") == {}
+    assert q.events("deduplicated") == [
+        {"event": "deduplicated", "id": "r1", "dedup": "k", "mode": "simple"}
+    ]

@@ -78,6 +78,7 @@ def sample_call(name: str) -> ops.Call:
         "claim": ops.claim(
             keys, worker_id="w", count=1, lease_ms=1, token="t", promote=1, events_maxlen=10
         ),
+        "migrate": ops.migrate(keys, force=False, cursor=0, count=1),
         "heartbeat": ops.heartbeat(
             keys, worker_id="w", lease_ms=1, worker_ttl_ms=1, info="{}", leases=[]
         ),
@@ -103,6 +104,7 @@ def sample_call(name: str) -> ops.Call:
         "retry": ops.retry(keys, "id", events_maxlen=10),
         "remove": ops.remove(keys, "id", events_maxlen=10),
         "forget": ops.forget(keys, [("id", 1)]),
+        "suspect": ops.suspect(keys, "id", "release", events_maxlen=10),
         "record_metrics": observe.record_metrics(
             keys, completed=1, failed=0, retried=0, stalled=0, timings={}, retention_ms=1
         ),

@@ -182,6 +182,33 @@ def test_report_counts_a_job_archived_and_still_live_once(
         assert paths.summary["totals"]["failed"] == 4  # items 0, 10, 20, 30
 
 
+def test_report_errors_count_failed_jobs_whose_events_were_trimmed(
+    spark: Any, redis_url: str, queue_name: str, worker_runner: Any, tmp_path: Path
+) -> None:
+    """The events stream is capped: under load a failure's event is trimmed long before
+    the failed job goes. The top errors still count every failed job, and the retries'
+    errors still come from the events."""
+    from conveyor.integrations.spark.report import report
+
+    _finish(redis_url, queue_name, worker_runner, [f"t{n}" for n in range(40)])
+    with Queue(queue_name, url=redis_url, settings=SETTINGS) as q:
+        key = q.core.keys.events
+        failed = [i for i, f in q.client.xrange(key) if f[b"event"] == b"failed"]
+        assert len(failed) == 4
+        q.client.xdel(key, *failed)  # as the cap would have trimmed them
+        q.client.xadd(key, {"event": "retried", "id": "t1", "error": "TimeoutError: slow 3"})
+
+    paths = report(spark, str(tmp_path / "r"), url=redis_url, queues=[queue_name])
+    assert paths.summary["totals"]["failed"] == 4
+    assert paths.summary["top_errors"] == [
+        {"error": "PermanentError: item # rejected", "count": 4, "events": ["failed"],
+         "example": "PermanentError: item 0 rejected"},
+        {"error": "TimeoutError: slow #", "count": 1, "events": ["retried"],
+         "example": "TimeoutError: slow 3"},
+    ]  # fmt: skip
+    assert "item # rejected" in Path(paths.html).read_text()
+
+
 def test_report_over_archive_only(spark: Any, redis_url: str, tmp_path: Path) -> None:
     from conveyor.integrations.spark.report import report
 

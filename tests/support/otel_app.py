@@ -7,7 +7,7 @@ import os
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
 from conveyor.client.models import QueueSettings
 from conveyor.client.tasks import Tasks
@@ -16,11 +16,11 @@ from conveyor.integrations.otel import TracingHook
 
 provider = TracerProvider()
 spans_file = open(os.environ["TEST_SPANS"], "a")  # noqa: SIM115  # open for the process's life
-provider.add_span_processor(
-    SimpleSpanProcessor(
-        ConsoleSpanExporter(out=spans_file, formatter=lambda span: span.to_json(indent=None) + "\n")
-    )
+exporter = ConsoleSpanExporter(
+    out=spans_file, formatter=lambda span: span.to_json(indent=None) + "\n"
 )
+# batched, as in production: exported when the worker stops
+provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=60_000))
 tracer = provider.get_tracer("otel_app")
 
 tasks = Tasks(

@@ -93,3 +93,13 @@ def touches(path: str) -> int:
     with open(path, "a") as mark:
         mark.write(f"{os.getpid()}\n")
     return os.getpid()
+
+
+@tasks.task
+async def nap(seconds: float) -> dict[str, Any]:
+    """An async handler (on the event loop, unless it runs as a suspect: in a child)."""
+    import asyncio
+
+    started = time.time()
+    await asyncio.sleep(seconds)
+    return {"pid": os.getpid(), "started": started, "ended": time.time()}

@@ -93,7 +93,8 @@ async def test_actions_need_the_csrf_token_from_the_same_site(
         assert sync_queue.get("later").state is JobState.DELAYED
         done = await client.post(action, data={"id": "later", "csrf": token, "back": "//evil"})
         assert done.status_code == 303
-        assert done.headers["location"].startswith(f"/queues/{queue_name}?done=promoted")
+        assert done.headers["location"] == f"/queues/{queue_name}"  # not //evil
+        assert "promoted later" in done.headers["set-cookie"]  # the flash, not in the address
     assert sync_queue.get("later").state is JobState.WAITING
 
 
@@ -132,7 +133,7 @@ async def test_mounted_in_fastapi_under_a_prefix(
     async with _client(host) as client:
         page = await client.get("/admin/jobs/")
         assert page.status_code == 200
-        assert f'href="http://dash.test/admin/jobs/queues/{queue_name}"' in page.text
+        assert f'href="/admin/jobs/queues/{queue_name}"' in page.text  # a path: no Host in links
         assert "/admin/jobs/static/htmx.min.js" in page.text
         assert (await client.get("/admin/jobs/static/htmx.min.js")).status_code == 200
         job = await client.get(f"/admin/jobs/queues/{queue_name}/job?id=j1")
@@ -229,3 +230,35 @@ async def test_a_flow_nodes_page_shows_its_parent_and_a_page_of_children(
         assert "root" in listed
         child = (await client.get(f"/queues/{other}/job?id=x")).text
         assert f"{queue_name}/root" in child and "if this job fails: <b>ignore</b>" in child
+
+
+async def test_suspects_are_shown_and_can_be_released_or_failed(
+    make: Any, redis_url: str, queue_name: str, sync_queue: Queue
+) -> None:
+    keys = sync_queue.core.keys
+    for job_id in ("s1", "s2"):
+        sync_queue.enqueue("t", None, id=job_id)
+        sync_queue.client.hset(keys.job(job_id), "stalls", 1)
+    sync_queue.client.zadd(keys.workers, {"w1": 2**50})  # a worker running a suspect (§8.1)
+    sync_queue.client.set(keys.worker("w1"), '{"pid": 1, "suspects": ["s9"]}')
+    app = make(DashboardSettings(url=redis_url, queues=(queue_name,)))
+    async with _client(app) as client:
+        queue_page = await client.get(f"/queues/{queue_name}")
+        assert "Suspects running" in queue_page.text and "s9" in queue_page.text
+        workers_page = (await client.get(f"/queues/{queue_name}/workers")).text
+        assert 'class="badge suspect"' in workers_page and "s9" in workers_page
+        job_page = (await client.get(f"/queues/{queue_name}/job", params={"id": "s1"})).text
+        assert 'class="badge suspect"' in job_page and "Release suspect" in job_page
+        token = client.cookies["conveyor_csrf"]
+        for act, job_id in (("release_suspect", "s1"), ("fail_suspect", "s2")):
+            done = await client.post(
+                f"/queues/{queue_name}/do/{act}", data={"id": job_id, "csrf": token}
+            )
+            assert done.status_code == 303, done.text
+        refused = await client.post(
+            f"/queues/{queue_name}/do/release_suspect", data={"id": "s1", "csrf": token}
+        )
+        shown = (await client.get(refused.headers["location"])).text  # the refusal, on the page
+        assert 'class="flash flash-refused"' in shown and "not a suspect" in shown
+    assert not sync_queue.get("s1").suspect
+    assert sync_queue.get("s2").state is JobState.FAILED

@@ -127,7 +127,10 @@ def test_a_stall_is_counted_by_the_worker_whose_reaper_found_it(
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(5)
         second = spawn_worker("kill_app:tasks", redis_url, "--lease", "1", env=env)
-        assert sync_queue.wait_result(job.id, timeout=30) == {"pid": second.pid}
+        # the re-run is a suspect's, in a child process of the second worker
+        assert sync_queue.wait_result(job.id, timeout=30)["pid"] != first.pid
+        rerun = sync_queue.get(job.id)
+        assert rerun is not None and f"-{second.pid}-" in (rerun.worker or "")
         expected = {"completed": 1, "failed": 0, "retried": 1, "stalled": 1}
         wait_until(lambda: sync_queue.totals() == expected, timeout=20, interval=0.1)
         assert _sum(sync_queue.metrics_history(minutes=5)) == (1, 0, 1)

@@ -136,9 +136,18 @@ def test_state_mode_hands_every_step_the_shared_state(
     "steps",
     [[], [Step(task="t", options={"id": "x"})], [Step(task="t", on_fail="remove")],  # type: ignore[arg-type]
      [[Step(task="t"), Step(task="t")]], [Step(task="t", queue="a b")],
-     [Step(task="t", options={"delay": object()})]],
+     [Step(task="t", options={"delay": object()})], [Step(task="t", options={"dedup": "k"})],
+     [Step(task="t", options={"update_data": False})]],
 )  # fmt: skip
 def test_a_bad_pipeline_writes_nothing(sync_queue: Queue, steps: list[Any]) -> None:
     with pytest.raises(ValidationError):
         sync_queue.enqueue_pipeline(steps)
+    assert sum(sync_queue.counts().values()) == 0
+
+
+def test_data_and_state_together_are_refused(sync_queue: Queue) -> None:
+    with pytest.raises(ValidationError, match="not both"):
+        sync_queue.enqueue_pipeline([Step(task="t")], {"user": "ana"}, state={"count": 0})
+    with pytest.raises(ValidationError, match="mapping"):
+        sync_queue.enqueue_pipeline([Step(task="t")], state=[1])  # type: ignore[arg-type]
     assert sum(sync_queue.counts().values()) == 0

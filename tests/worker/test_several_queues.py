@@ -247,6 +247,24 @@ def test_cli_queues_option_errors_are_clear(redis_url: str) -> None:
     assert bad.exit_code == 2 and "whole number >= 1" in bad.output
     bad = _cli("--url", redis_url, "--queues", "multi-high,nowhere")
     assert bad.exit_code == 2 and "no Tasks for queue(s) ['nowhere']" in bad.output
+    assert "`nowhere_tasks = Tasks('nowhere')`" in bad.output  # a name the module lacks
+    bad = _cli("--url", redis_url, "--queues", "multi-high,low")
+    assert "`low_tasks = Tasks('low')`" in bad.output  # not `low`, the module's own variable
+
+
+def test_cli_says_when_the_targets_queue_is_not_served(redis_url: str, queue_name: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "conveyor.integrations.cli", "worker", "multi_app:high",
+         "--url", redis_url, "--burst", "--queues", f"{queue_name}-default,{queue_name}-low"],
+        env={"PYTHONPATH": f"{APPS}:{SRC}", "TEST_QUEUE": queue_name, "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        f"warning: multi_app:high is the Tasks of queue '{queue_name}-high', which --queues "
+        f"does not name: this worker does not serve '{queue_name}-high'"
+    ) in proc.stderr
+    assert f"queue '{queue_name}-high'" not in proc.stdout
 
 
 def test_cli_worker_serves_several_queues_in_order(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Iterable
 from threading import get_ident
 from typing import Any, Unpack
@@ -12,8 +13,10 @@ from typing import Any, Unpack
 import redis
 import redis.asyncio
 
+from conveyor.client import handoffs
 from conveyor.client.aio_admin import AsyncQueueAdmin
 from conveyor.client.aio_flows import AsyncQueueFlows
+from conveyor.client.aio_operators import AsyncQueueOperators
 from conveyor.client.aio_views import AsyncQueueViews
 from conveyor.client.cluster import Route, SlotRoute
 from conveyor.client.connection import (
@@ -22,12 +25,12 @@ from conveyor.client.connection import (
     slot_route,
     wire_endpoint,
 )
-from conveyor.client.core import RESEND_DELAYS, QueueCore, carry_doubt
+from conveyor.client.core import RESEND_DELAYS, QueueCore, applied_replies, carry_doubt
 from conveyor.client.models import Enqueued, EnqueueOptions, IfExists, JobRequest, QueueSettings
 from conveyor.client.transport import AsyncRunner, async_client, translated
 from conveyor.client.waits import AsyncWaits
 from conveyor.client.wire import AsyncWire
-from conveyor.errors import ConfigurationError, ConnectionLostError, WaitTimeoutError
+from conveyor.errors import ConfigurationError, ConnectionLostError, ConveyorError, WaitTimeoutError
 from conveyor.protocol import ops
 from conveyor.protocol.keys import PROTOCOL_VERSION, queue_registry
 
@@ -63,7 +66,7 @@ async def _start(closer: AsyncIterator[None]) -> None:
     await anext(closer)
 
 
-class AsyncQueue(AsyncQueueFlows, AsyncQueueAdmin, AsyncQueueViews):
+class AsyncQueue(AsyncQueueFlows, AsyncQueueAdmin, AsyncQueueOperators, AsyncQueueViews):
     """Enqueue and inspect the jobs of one queue from asyncio.
 
     >>> queue = AsyncQueue("emails", url="redis://127.0.0.1:6379/0")
@@ -177,6 +180,11 @@ class AsyncQueue(AsyncQueueFlows, AsyncQueueAdmin, AsyncQueueViews):
         await self.close()
 
     async def close(self) -> None:
+        """Close the connections this queue opened: its own, its waiters',
+        and those of the other queues its flows reached (a flow's nodes in
+        other queues are written through a queue of each name, kept open for
+        reuse). A `client=` passed in is left open: it is the caller's. Use
+        `async with AsyncQueue(...)`, or call this once when done."""
         for peer in self._peers.values():
             await peer.close()
         self._follow_loop()  # the connections of a stopped loop are abandoned, not closed
@@ -304,14 +312,17 @@ class AsyncQueue(AsyncQueueFlows, AsyncQueueAdmin, AsyncQueueViews):
         doubt = carry_doubt(None, failure)
         if doubt is None:  # nothing was applied: the caller decides
             raise failure
+        first = applied_replies(failure, len(calls))
         calls = [self.core.resend_call(call) for call in calls]
         last = failure
         for delay in RESEND_DELAYS:
             await asyncio.sleep(delay)
             try:
-                return await self._send(calls)
+                again = await self._send(calls)
             except ConnectionLostError as exc:
                 doubt, last = carry_doubt(doubt, exc) or doubt, exc
+            else:  # the first send's replies, when known, say what it did
+                return again if first is None else first
         if doubt is last:  # the last send's own doubt says it all
             raise last
         raise doubt from last
@@ -322,8 +333,16 @@ class AsyncQueue(AsyncQueueFlows, AsyncQueueAdmin, AsyncQueueViews):
         return await self.runner.run_many(calls)
 
     async def cancel(self, job_id: str) -> bool:
-        """Remove a waiting or delayed job (or a blocked twin); True if one was."""
-        return int(await self.runner.run(self.core.cancel_call(job_id))) == 1
+        """Remove a job that has not started: waiting, delayed, a blocked twin,
+        or a flow's parent waiting for its children (waiting_children), whose
+        pending subtree is then cancelled too, in every queue, before this
+        returns (docs/protocol.md §14.9). A cancelled flow child fails its
+        parent with JobCancelledError under its `on_fail`. True if a job was
+        removed; a running job is not (see abort)."""
+        reply = int(await self.runner.run(self.core.cancel_call(job_id)))
+        if reply == 2:  # a flow's hand-off or cancellation is in the outbox
+            await self._carry()
+        return reply >= 1
 
     async def abort(self, job_id: str) -> str:
         """Stop a job wherever it is. Not started yet (waiting, delayed): it is
@@ -333,7 +352,10 @@ class AsyncQueue(AsyncQueueFlows, AsyncQueueAdmin, AsyncQueueViews):
         the run for good with AbortedError, telling its waiters ('aborting').
         Else 'finished' (completed or failed already), 'refused' (a state that
         cannot be aborted) or 'missing' (no such job)."""
-        return ops.text(await self._runner.run(self.core.abort_call(job_id)))
+        reply = await self._runner.run(self.core.abort_call(job_id))
+        if ops.marked(reply):  # a flow's child: its parent's hand-off is in the outbox
+            await self._carry()
+        return ops.word(reply)
 
     async def promote(self, job_id: str) -> bool:
         """Run a delayed job now; False if it was not delayed."""
@@ -348,9 +370,40 @@ class AsyncQueue(AsyncQueueFlows, AsyncQueueAdmin, AsyncQueueViews):
         """Run a failed job again (failures reset, attempts kept); False if not failed."""
         return int(await self.runner.run(self.core.control_call("retry", job_id))) == 1
 
+    async def release_suspect(self, job_id: str) -> None:
+        """As Queue.release_suspect."""
+        call = self.core.suspect_call(job_id, "release")
+        self.core.suspect_outcome(job_id, await self.runner.run(call))
+
+    async def fail_suspect(self, job_id: str) -> str:
+        """As Queue.fail_suspect."""
+        call = self.core.suspect_call(job_id, "fail")
+        outcome = self.core.suspect_outcome(job_id, await self.runner.run(call))
+        if outcome == "running":
+            outcome = self.core.suspect_outcome(job_id, await self.abort(job_id))
+        return outcome
+
     async def remove(self, job_id: str) -> str:
-        """Delete a job that is not running: 'removed', 'missing' or 'active'."""
-        return ops.text(await self.runner.run(self.core.control_call("remove", job_id)))
+        """Delete a job that is not running: 'removed', 'missing' or 'active'.
+        A flow's node that had not settled goes as with cancel."""
+        reply = await self.runner.run(self.core.control_call("remove", job_id))
+        if ops.marked(reply):
+            await self._carry()
+        return ops.word(reply)
+
+    async def _carry(self) -> None:
+        """Carry what a cancel, abort or remove left in this queue's outbox
+        down the flow now, queue after queue (client/handoffs.py). Whatever
+        is left (Redis away, the budget spent), the workers of the queues
+        carry: the entries stay in the outbox until applied."""
+        steps = handoffs.carry(
+            self.core.keys.prefix, [self.name], events_maxlen=self.core.settings.events_maxlen,
+            until=time.monotonic() + handoffs.CLIENT_BUDGET,
+        )  # fmt: skip
+        try:
+            await handoffs.carry_async(self.peer, steps)
+        except ConveyorError as exc:
+            log.warning("carrying flow hand-offs from queue %s failed: %s", self.name, exc)
 
     async def set_retention(
         self, *, completed: int | None = None, failed: int | None = None

@@ -5,14 +5,16 @@ AsyncQueue inherits it; the connection and `check` are AsyncQueue's."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio
 
 from conveyor.client.core import QueueCore
-from conveyor.client.models import ScheduleInfo
+from conveyor.client.migration import Migration
+from conveyor.client.models import MigrationReport, ScheduleInfo
 from conveyor.client.transport import AsyncRunner, translated
 from conveyor.errors import ConveyorError
+from conveyor.job import JobState
 from conveyor.protocol import ops, schedules
 
 
@@ -32,6 +34,22 @@ class AsyncQueueAdmin:
 
     async def check(self) -> None:
         raise NotImplementedError  # AsyncQueue's
+
+    if TYPE_CHECKING:
+
+        async def counts(self) -> dict[JobState, int]: ...  # AsyncQueueViews'
+
+    # --- upgrades ------------------------------------------------------------------
+
+    async def migrate(self, *, force: bool = False, batch: int = 100) -> MigrationReport:
+        """Queue.migrate: upgrade this queue in place from protocol version 3 to 4."""
+        run = Migration(self.core.name, self.core.keys, force, batch)
+        more = True
+        while more:
+            with translated():
+                more = run.step(await self.runner.run(run.call()))
+        await self.check()  # now passes; registers the queue (version 3 kept no registry)
+        return run.report(await self.counts())
 
     # --- schedules and limits ----------------------------------------------------
 

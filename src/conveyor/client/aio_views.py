@@ -17,7 +17,7 @@ from conveyor.client.events import Event, decode_events
 from conveyor.client.models import WorkerInfo
 from conveyor.client.transport import translated
 from conveyor.job import Job, JobState
-from conveyor.metrics import WEEK_MINUTES, MinuteCounts, TaskTimings, check_window, task_timings
+from conveyor.metrics import WEEK_MINUTES, MinuteCounts, TaskTimings, check_window
 from conveyor.options import check_job_id
 from conveyor.protocol import ops
 from conveyor.protocol.keys import queue_registry
@@ -41,17 +41,32 @@ class AsyncQueueViews:
     async def _send(self, calls: list[ops.Call]) -> list[Any]:
         raise NotImplementedError  # AsyncQueue's
 
+    async def _carry(self) -> None:
+        raise NotImplementedError  # AsyncQueue's: carries what a remove left in the outbox
+
     # --- inspecting ------------------------------------------------------------
 
     async def get(self, job_id: str) -> Job | None:
         """The job, or None when there is none: a finished job past its
-        result_ttl is gone, even before a sweep deletes its record."""
+        result_ttl is gone, even before a sweep deletes its record, and an id
+        no job can have (malformed: `"a b"`, over 256 characters) is none too."""
+        key = self.core.lookup_key(job_id)
+        if key is None:
+            return None
         with translated():
             pipe = self.client.pipeline(transaction=False)
             pipe.time()
-            pipe.hgetall(self.core.job_key(job_id))
+            pipe.hgetall(key)
             clock, raw = await pipe.execute()
         return self.core.job(job_id, raw, server_ms(clock))
+
+    async def _twins(self, job_ids: Sequence[str]) -> list[Job | None]:
+        with translated():
+            pipe = self.client.pipeline(transaction=False)
+            for job_id in job_ids:
+                pipe.hgetall(self.core.twin_key(job_id))
+            raws = await pipe.execute()
+        return [self.core.twin(i, raw) for i, raw in zip(job_ids, raws, strict=True)]
 
     async def get_blocked(self, job_id: str) -> Job | None:
         """The blocked twin of a running singleton: the next run, enqueued while
@@ -89,10 +104,13 @@ class AsyncQueueViews:
         limit: int = 100,
         reverse: bool = False,
     ) -> list[str]:
-        """Ids of jobs in `state`, in index order (waiting: run order, ungrouped
-        jobs or one `group`'s; delayed: due time; active: lease deadline;
+        """Ids of jobs in `state`, in index order (waiting: one `group`'s in run
+        order, or every waiting job: the ungrouped in run order, then each
+        group's by group name; delayed: due time; active: lease deadline;
         finished: expiry, those still retained), or from its end with `reverse`
         (finished: newest first)."""
+        if group is None and state == JobState.WAITING:
+            return await self._all_waiting(offset, limit, reverse)
         with translated():
             key, since = self.core.id_index(state, group, server_ms(await self.client.time()))
             if since is None:
@@ -105,6 +123,23 @@ class AsyncQueueViews:
             else:
                 ids = await self.client.zrangebyscore(key, since, "+inf", start=offset, num=limit)
         return [ops.text(i) for i in ids]
+
+    async def _all_waiting(self, offset: int, limit: int, reverse: bool) -> list[str]:
+        keys = self.core.keys
+        with translated():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zrange(keys.groups, 0, -1)
+            pipe.zrange(keys.gwait, 0, -1)
+            lists = self.core.waiting_lists(*(await pipe.execute()))
+            pipe = self.client.pipeline(transaction=False)
+            for key in lists:
+                pipe.zcard(key)
+            sizes = [int(n) for n in await pipe.execute()]
+            pipe = self.client.pipeline(transaction=False)
+            for index, first, last in inspect.slices(sizes, offset, limit, reverse):
+                (pipe.zrevrange if reverse else pipe.zrange)(lists[index], first, last)
+            pages = await pipe.execute()
+        return [ops.text(i) for page in pages for i in page]
 
     async def find(self, field: str, value: str | int, *, limit: int = 100) -> list[Job]:
         """Jobs enqueued with `index={field: value}` (or by a task that declares
@@ -157,7 +192,7 @@ class AsyncQueueViews:
         check_window(hours, "hours", WEEK_MINUTES // 60)
         with translated():
             raws = await self._hgetall_all(self.core.timings_keys(await self.client.time(), hours))
-        return task_timings(raws)
+        return self.core.timings(raws)
 
     async def totals(self) -> dict[str, int]:
         """Jobs completed, failed, retried and stalled since the queue began."""
@@ -236,8 +271,11 @@ class AsyncQueueViews:
         waiting, confs = replies[: len(names)], replies[len(names) :]
         return inspect.overview(self.name, meta, counts, names, waiting, running, confs)
 
-    async def get_many(self, job_ids: Sequence[str]) -> list[Job | None]:
-        """The jobs of `job_ids` in one round trip (None where a record is gone)."""
+    async def get_many(self, job_ids: Sequence[str], *, blocked: bool = False) -> list[Job | None]:
+        """The jobs of `job_ids` in one round trip (None where a record is gone);
+        with `blocked`, their blocked twins (get_blocked) instead."""
+        if blocked:
+            return await self._twins(job_ids)
         keys = [self.core.job_key(i) for i in job_ids]
         with translated():
             pipe = self.client.pipeline(transaction=False)
@@ -258,6 +296,11 @@ class AsyncQueueViews:
     async def retry_failed(self, *, batch: int = 500) -> int:
         """Retry every failed job, `batch` per round trip; returns how many."""
         return await self._drain(self.core.keys.failed, "retry", 1, inspect.check_batch(batch))
+
+    async def promote_all(self, *, batch: int = 500) -> int:
+        """Run every delayed job now, `batch` per round trip; returns how many."""
+        key = self.core.index_of(JobState.DELAYED)
+        return await self._drain(key, "promote", 1, inspect.check_batch(batch))
 
     async def purge(self, state: JobState | str, *, batch: int = 500) -> int:
         """Remove every job in `state` (waiting, delayed, completed or failed;
@@ -284,7 +327,10 @@ class AsyncQueueViews:
             ids = [ops.text(i) for i in page]
             if not ids:
                 return total
-            replies = await self._send([self.core.control_call(what, i) for i in ids])
-            moved = sum(1 for r in replies if (ops.text(r) if isinstance(r, bytes) else r) == done)
+            raw = await self._send([self.core.control_call(what, i) for i in ids])
+            replies = [ops.word(r) if isinstance(r, bytes | str) else r for r in raw]
+            if any(isinstance(r, bytes | str) and ops.marked(r) for r in raw):
+                await self._carry()  # flow nodes removed: their hand-offs go now
+            moved = sum(1 for r in replies if r == done)
             total += moved
             offset += len(ids) - moved

@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from redis.connection import parse_url
 
@@ -52,12 +53,18 @@ URL_SCHEMES = (
     "redis+sentinel://", "rediss+sentinel://",
 )  # fmt: skip
 _PASSWORD = re.compile(r"(//[^:/@]*):[^@/]*@")
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&]*")
+
+
+def shown_url(url: str) -> str:
+    """`url` fit for a log line or an error: its password hidden."""
+    return _QUERY_PASSWORD.sub(r"\1***", _PASSWORD.sub(r"\1:***@", url))
 
 
 def check_url(url: str, source: str = "url") -> str:
     """`url` if it is a Redis URL Conveyor can use, else a ConfigurationError
     that shows it (password hidden) and the forms that work."""
-    shown = _PASSWORD.sub(r"\1:***@", url)
+    shown = shown_url(url)
     if not url.startswith(URL_SCHEMES):
         raise ConfigurationError(
             f"{source} {shown!r} is not a Redis URL: use redis://host:6379/0, rediss://... "
@@ -73,7 +80,17 @@ def check_url(url: str, source: str = "url") -> str:
             raise ConfigurationError(
                 f"{source} {shown!r} is not a valid Redis URL: {exc}"
             ) from None
+        _check_database(url, source, shown)
     return url
+
+
+def _check_database(url: str, source: str, shown: str) -> None:
+    """redis-py reads database 0 from a path that is not a number: refuse it."""
+    path = "" if url.startswith("unix://") else unquote(urlsplit(url).path).strip("/")
+    if path and not path.isdigit():
+        raise ConfigurationError(
+            f"{source} {shown!r}: the database {path!r} is not a number (redis://host:6379/0)"
+        )
 
 
 def _start_line(data_dir: Path) -> str:

@@ -31,14 +31,15 @@ from conveyor.errors import (
     ConnectionLostError,
     EvictionPolicyError,
     GroupFullError,
-    JobExpiredError,
-    JobFailedError,
     JobNotFoundError,
+    NotASuspectError,
     ProtocolVersionError,
     UncertainWriteError,
     UnknownOptionError,
+    UnreplicatedWriteError,
     UnsupportedServerError,
     ValidationError,
+    failure_of,
 )
 from conveyor.hooks import Hooks
 from conveyor.hooks import call as call_hooks
@@ -72,6 +73,18 @@ def carry_doubt(
     if doubt is None:
         return None
     return UncertainWriteError(f"{doubt}; a re-send then could not reach Redis: {failure}")
+
+
+def applied_replies(failure: ConnectionLostError, calls: int) -> list[Any] | None:
+    """The replies of a first send the master applied but too few replicas
+    confirmed: they, not a re-send's (a replay: `exists`), say what the
+    calls did. None when the first send's outcome is unknown."""
+    if not isinstance(failure, UnreplicatedWriteError) or failure.replies is None:
+        return None
+    replies = failure.replies
+    if len(replies) != calls or any(isinstance(r, Exception) for r in replies):
+        return None
+    return replies
 
 
 def server_ms(reply: Any) -> int:
@@ -195,7 +208,7 @@ class QueueCore(CoreViews):
         call's job ids. Every job is validated first: a bad one writes
         nothing. Jobs that are all plain go as enqueue_new calls built
         straight from their ids, tasks and data: no JobSpec or tuple per job
-        for the garbage collector to walk (bench/ROUNDS.md, "Enqueue, bulk").
+        for the garbage collector to walk.
         With if_exists="skip" every call is an enqueue_skip call."""
         if type(chunk_size) is not int or chunk_size < 1:
             raise ValidationError(f"chunk_size must be a positive int, got {chunk_size!r}")
@@ -360,6 +373,24 @@ class QueueCore(CoreViews):
     def abort_call(self, job_id: str) -> ops.Call:
         return ops.abort(self.keys, check_job_id(job_id), events_maxlen=self.settings.events_maxlen)
 
+    def suspect_call(self, job_id: str, action: str) -> ops.Call:
+        """`release` or `fail` a suspect (suspect.lua)."""
+        return ops.suspect(
+            self.keys, check_job_id(job_id), action, events_maxlen=self.settings.events_maxlen
+        )
+
+    @staticmethod
+    def suspect_outcome(job_id: str, reply: Any) -> str:
+        """suspect.lua's (or, for a running suspect, abort.lua's) reply, or its error."""
+        outcome = ops.text(reply)
+        if outcome == "missing":
+            raise JobNotFoundError(job_id)
+        if outcome in ("not_suspect", "finished", "refused"):
+            raise NotASuspectError(
+                f"job {job_id!r} is not a suspect: it never stalled, was released, or has ended"
+            )
+        return outcome
+
     def await_call(self, job_id: str) -> ops.Call:
         return ops.await_job(self.keys, check_job_id(job_id))
 
@@ -403,10 +434,7 @@ class QueueCore(CoreViews):
         if reply.state == "missing":
             raise JobNotFoundError(f"no job {job_id!r} in queue {self.name!r}")
         if reply.state == "failed":
-            error = reply.payload or ""
-            if error.startswith(JobExpiredError.PREFIX):
-                raise JobExpiredError(job_id, error)
-            raise JobFailedError(job_id, error)
+            raise failure_of(job_id, reply.payload or "")
         return serializers.loads(reply.payload or "null")
 
     # --- server checks ---------------------------------------------------------
@@ -429,11 +457,18 @@ class QueueCore(CoreViews):
 
     def check_protocol(self, stored: Any) -> None:
         found = ops.text(stored)
-        if found != str(PROTOCOL_VERSION):
-            raise ProtocolVersionError(
-                f"queue {self.name!r} uses protocol version {found}; "
-                f"this Conveyor speaks {PROTOCOL_VERSION}"
+        if found == str(PROTOCOL_VERSION):
+            return
+        said = f"queue {self.name!r} uses protocol version {found}; "
+        said += f"this Conveyor speaks {PROTOCOL_VERSION}"
+        if found.isdigit() and int(found) > PROTOCOL_VERSION:
+            todo = f"upgrade this client to a release that speaks version {found}"
+        else:
+            todo = (
+                f"stop the workers of version {found}, then run `conveyor migrate {self.name}` "
+                f"(upgrades from version {PROTOCOL_VERSION - 1}), or drain the queue with them"
             )
+        raise ProtocolVersionError(f"{said}: {todo} (docs/deployment/upgrading.md)", found=found)
 
 
 def _refusing(results: list[Enqueued]) -> list[Enqueued]:

@@ -14,7 +14,7 @@ from conveyor.errors import ValidationError
 from conveyor.job import FINISHED_STATES, Job, JobState, job_from_hash
 from conveyor.options import build_index, check_job_id, check_name
 from conveyor.protocol import ops
-from conveyor.protocol.keys import QueueKeys
+from conveyor.protocol.keys import ID_PATTERN, QueueKeys
 
 
 class CoreViews:
@@ -32,6 +32,13 @@ class CoreViews:
 
     def job_key(self, job_id: str) -> str:
         return self.keys.job(check_job_id(job_id))
+
+    def lookup_key(self, job_id: str) -> str | None:
+        """The record key of `job_id` for a lookup; None for a text no job id can be
+        (`get` answers None, as for any job that is not there); a non-text is an error."""
+        if isinstance(job_id, str) and not ID_PATTERN.fullmatch(job_id):
+            return None
+        return self.job_key(job_id)
 
     def job(self, job_id: str, raw: Mapping[Any, Any], now_ms: int) -> Job | None:
         """The job of a record read at server time `now_ms`; None when there is
@@ -73,6 +80,12 @@ class CoreViews:
         counts = {state: int(n) for (state, _), n in zip(self.count_keys(), indexes, strict=True)}
         counts[JobState.WAITING] += in_groups + int(parked)
         return counts
+
+    def waiting_lists(self, groups: Sequence[Any], held: Sequence[Any]) -> list[str]:
+        """Every list of waiting jobs, in listing order: the ungrouped, those
+        parked on a key, then each group's by group name (§3.2, §16.5)."""
+        names = sorted({ops.text(g) for g in (*groups, *held)})
+        return [self.keys.ready, self.keys.base + "parked", *map(self.keys.group_ready, names)]
 
     def id_index(
         self, state: JobState | str, group: str | None, now_ms: int
@@ -123,8 +136,15 @@ class CoreViews:
         return metrics.minute_counts(now_ms, minutes, dict(zip(hours, raws, strict=True)))
 
     def timings_keys(self, time_reply: Any, hours: int) -> list[str]:
+        """The timings keys of the hours covering the last `hours`, then their maxima's."""
         now_ms = int(time_reply[0]) * 1000 + int(time_reply[1]) // 1000
-        return [self.keys.timings(h) for h in metrics.hours_covering(now_ms, hours * 60)]
+        covered = metrics.hours_covering(now_ms, hours * 60)
+        return [self.keys.timings(h) for h in covered] + [self.keys.timing_max(h) for h in covered]
+
+    def timings(self, raws: list[Any]) -> list[metrics.TaskTimings]:
+        """The replies of timings_keys' keys, added up by task."""
+        half = len(raws) // 2
+        return metrics.task_timings(raws[:half], raws[half:])
 
     def totals(self, raw: Mapping[Any, Any]) -> dict[str, int]:
         found = {ops.text(k): int(ops.text(v)) for k, v in raw.items()}

@@ -11,8 +11,17 @@ from typing import Any
 from redis.connection import parse_url
 
 from conveyor.client.cluster import Route
+from conveyor.errors import ConfigurationError
 
 Command = Sequence[Any]
+
+
+def no_such_database(url: str, db: int, reply: Exception) -> ConfigurationError:
+    """SELECT refused at connect: the URL's database number is not one of the server's."""
+    return ConfigurationError(
+        f"Redis URL {url!r}: the server has no database {db} ({reply}). A server has "
+        "databases 0 to `databases` - 1 (16 unless its config says otherwise)"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +74,14 @@ class Endpoint:
             return self.route.address()
         return self.host or "localhost", self.port
 
+    @property
+    def shown_url(self) -> str:
+        """This endpoint as a URL, without credentials."""
+        if self.path is not None:
+            return f"unix://{self.path}?db={self.db}"
+        host, port = self.address()
+        return f"redis://{host}:{port}/{self.db}"
+
     def handshake(self) -> list[Command]:
         """AUTH and SELECT when needed, then always a PING: a port that is not
         plaintext Redis (TLS, say) fails here, before any real command."""
@@ -84,6 +101,8 @@ class Endpoint:
         a refusal (AUTH, SELECT), or a ROLE that is not the master the route wants."""
         for command, reply in zip(self.handshake()[:-1], replies, strict=False):
             if isinstance(reply, Exception):
+                if command[0] == "SELECT":
+                    return no_such_database(self.shown_url, self.db, reply)
                 return reply
             if command[0] == "ROLE" and self.route is not None:
                 return self.route.role_refused(reply, where)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from conveyor import serializers
-from conveyor.errors import UnknownOptionError, ValidationError
+from conveyor.errors import DuplicateChildError, UnknownOptionError, ValidationError
 from conveyor.job import Job, JobState, job_from_hash
 from conveyor.options import SpecBuilder, check_name
 from conveyor.protocol import flows, ops
@@ -18,11 +18,15 @@ from conveyor.protocol.keys import QueueKeys
 FailurePolicy = Literal["fail", "ignore", "remove", "continue"]
 # A tree deeper than this is refused: a failure climbs it one level per step.
 MAX_DEPTH = 64
-# Options a flow node may not take: a node is created once, never upserted.
+# Options a flow node may not take: a node is created once, never upserted
+# (a root whose id exists is `exists`, its tree left as it is).
 _UPSERT_OPTIONS = frozenset(
     {"update_data", "update_run_at", "update_max_failures", "update_max_stalls",
-     "update_min_backoff", "update_max_backoff", "reset_counts"}
+     "update_min_backoff", "update_max_backoff", "reset_counts", "debounce"}
 )  # fmt: skip
+# Options only a root may take: a child stands for no dedup key (it would
+# not be created, and its parent would wait for a job that is not its child).
+_ROOT_OPTIONS = frozenset({"dedup", "dedup_ttl"})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -30,8 +34,9 @@ class FlowJob:
     """One node of a flow: a job, the queue it runs in (None: its parent's
     queue; for the root, the queue the flow is enqueued through), what its
     failure does to its parent, and its children, which all settle before
-    it runs. `options` are enqueue's
-    (id, delay, priority, result_ttl, ...), except the upsert rules."""
+    it runs. `options` are enqueue's (id, delay, priority, result_ttl,
+    headers, expires, concurrency_keys, ...), except the upsert rules and
+    debounce; `dedup` and `dedup_ttl` on the root only."""
 
     task: str
     data: Any = None
@@ -45,13 +50,18 @@ class FlowJob:
 class FlowEnqueued:
     """What enqueue_flow did to one node, and to its children.
 
-    `outcome`: created, exists (the same tree sent again) or conflict (the
-    id was in use elsewhere: the parent was told the child failed)."""
+    `outcome`: created; exists (the id exists with this parent: the same
+    tree sent again); conflict (the id was in use elsewhere: the parent was
+    told the child failed); deduplicated (a root whose dedup key stands for
+    another job, whose `id` and `state` these are, None once it is gone); or
+    skipped (nothing written, not looked at: a node under one that was
+    not created and is not waiting for children). Nothing is written under a
+    node that is not created or waiting for children."""
 
     id: str
     queue: str
     outcome: str
-    state: JobState
+    state: JobState | None
     children: tuple[FlowEnqueued, ...] = ()
 
     @property
@@ -59,21 +69,28 @@ class FlowEnqueued:
         return flows.reference(self.queue, self.id)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Node:
     queue: str
     args: flows.FlowNodeArgs
     depth: int
     children: list[_Node]
-    outcome: tuple[str, str] = ("", "")
+    parent: _Node | None = None
+    outcome: tuple[str, str] = ("skipped", "")
+    standing: str | None = None  # a deduplicated root: the job standing for its key
+
+    @property
+    def open(self) -> bool:
+        """Its children are to be written (§14.3)."""
+        outcome, state = self.outcome
+        return outcome == "created" or (outcome == "exists" and state == "waiting_children")
 
 
 @dataclass(frozen=True, slots=True)
 class FlowCall:
-    """One flow_add call: the queue it goes to and the nodes it creates."""
+    """One flow_add call: the queue it goes to and the nodes it may create."""
 
     queue: str
-    call: ops.Call
     nodes: tuple[_Node, ...]
 
 
@@ -95,6 +112,8 @@ class FlowPlan:
             self._plan(root, queue, parent, 0, dict(root.options).get("result_ttl"))
             for root in roots
         ]
+        if parent:  # the roots are children a running job adds to itself
+            _unique_ids(self.roots, parent)
         self.calls = self._calls(chunk_size)
 
     @property
@@ -112,22 +131,24 @@ class FlowPlan:
             raise ValidationError(f"on_fail must be one of {flows.POLICIES}, got {job.on_fail!r}")
         queue = check_name(job.queue, "queue name") if job.queue is not None else default_queue
         options = dict(job.options)
-        bad = _UPSERT_OPTIONS & set(options)
-        if bad:
-            raise UnknownOptionError(f"a flow's node is never upserted: {sorted(bad)}")
+        check_node_options(options, root=depth == 0 and not parent)
         if result_ttl is not None:
             options.setdefault("result_ttl", result_ttl)
         spec = self._specs.one(job.task, job.data, options)
         ref = flows.reference(queue, spec.id)
         if ref in self._refs:
-            raise ValidationError(f"the flow names {ref!r} twice")
+            raise DuplicateChildError(f"the flow names {ref!r} twice")
         self._refs.add(ref)
         children = [self._plan(c, queue, ref, depth + 1, result_ttl) for c in job.children]
+        _unique_ids(children, ref)
         on_fail = "" if job.on_fail == "fail" else job.on_fail
         refs = tuple(flows.reference(c.queue, c.args.spec.id) for c in children)
         if parent == "" and job.on_fail != "fail":
             raise ValidationError("on_fail is about a parent: the root has none")
-        return _Node(queue, flows.FlowNodeArgs(spec, parent, on_fail, refs), depth, children)
+        node = _Node(queue, flows.FlowNodeArgs(spec, parent, on_fail, refs), depth, children)
+        for child in children:
+            child.parent = node
+        return node
 
     def _calls(self, chunk_size: int) -> list[FlowCall]:
         """Level by level, each level's nodes by queue. Consecutive levels
@@ -151,26 +172,72 @@ class FlowPlan:
             alone = single
         calls = []
         for queue, nodes in groups:
-            keys = QueueKeys(self._prefix, queue)
             for i in range(0, len(nodes), chunk_size):
-                chunk = tuple(nodes[i : i + chunk_size])
-                call = flows.flow_add(keys, [n.args for n in chunk], events_maxlen=self._maxlen)
-                calls.append(FlowCall(queue, call, chunk))
+                calls.append(FlowCall(queue, tuple(nodes[i : i + chunk_size])))
         return calls
 
-    def result(self, replies: Sequence[Any]) -> list[FlowEnqueued]:
-        """The trees of outcomes, from each call's reply in order."""
-        for flow_call, reply in zip(self.calls, replies, strict=True):
-            for node, outcome in zip(flow_call.nodes, flows.decode_flow_add(reply), strict=True):
-                node.outcome = outcome
+    def _sent(self, flow_call: FlowCall) -> list[_Node]:
+        """The nodes of a call to send: those whose parent, written by an
+        earlier call, is open (flow_add itself skips those under a node of
+        the same call that is not)."""
+        members = {id(n) for n in flow_call.nodes}
+        return [
+            n for n in flow_call.nodes
+            if n.parent is None or n.parent.open or id(n.parent) in members
+        ]  # fmt: skip
+
+    def call_for(self, flow_call: FlowCall) -> ops.Call | None:
+        """The flow_add call of `flow_call` after the calls before it were
+        recorded; None when none of its nodes is to be written."""
+        nodes = self._sent(flow_call)
+        if not nodes:
+            return None
+        keys = QueueKeys(self._prefix, flow_call.queue)
+        return flows.flow_add(keys, [n.args for n in nodes], events_maxlen=self._maxlen)
+
+    def record(self, flow_call: FlowCall, reply: Sequence[Any]) -> None:
+        """Note the outcomes of the call made of `call_for(flow_call)`."""
+        nodes = self._sent(flow_call)
+        standing = flows.decode_flow_standing(reply, len(nodes))
+        for i, (node, outcome) in enumerate(
+            zip(nodes, flows.decode_flow_add(reply, len(nodes)), strict=True)
+        ):
+            node.outcome, node.standing = outcome, standing.get(i)
+
+    def result(self) -> list[FlowEnqueued]:
+        """The trees of outcomes, once every call was recorded (or skipped)."""
         return [_enqueued(root) for root in self.roots]
+
+
+def check_node_options(options: Mapping[str, Any], *, root: bool) -> None:
+    """Refuse the enqueue options a flow node cannot honour (UnknownOptionError)."""
+    upserts = _UPSERT_OPTIONS & set(options)
+    if upserts:
+        raise UnknownOptionError(f"a flow's node is never upserted: {sorted(upserts)}")
+    below_root = set() if root else _ROOT_OPTIONS & set(options)
+    if below_root:
+        raise UnknownOptionError(f"only a flow's root takes {sorted(below_root)}")
+
+
+def _unique_ids(children: Sequence[_Node], parent: str) -> None:
+    """A parent's children are told apart by id alone (its results, its
+    handler's view): one id twice under it, in any queues, is refused."""
+    seen: dict[str, str] = {}
+    for child in children:
+        child_id = child.args.spec.id
+        if child_id in seen:
+            raise DuplicateChildError(
+                f"{parent or 'the flow'} has two children with id {child_id!r}"
+                f" (in queues {seen[child_id]!r} and {child.queue!r})"
+            )
+        seen[child_id] = child.queue
 
 
 def _enqueued(node: _Node) -> FlowEnqueued:
     outcome, state = node.outcome
     return FlowEnqueued(
-        node.args.spec.id, node.queue, outcome, JobState(state),
-        tuple(_enqueued(c) for c in node.children),
+        node.standing or node.args.spec.id, node.queue, outcome,
+        JobState(state) if state else None, tuple(_enqueued(c) for c in node.children),
     )  # fmt: skip
 
 

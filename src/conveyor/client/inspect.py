@@ -57,6 +57,8 @@ class QueueOverview:
     group_limits: Limits
     groups: list[GroupInfo]
     groups_total: int
+    # meta `version` (docs/protocol.md §10): None before any client used the queue
+    protocol_version: int | None = None
 
 
 def limits_from(fields: Mapping[str, str], prefix: str = "") -> Limits:
@@ -115,6 +117,7 @@ def overview(
         group_limits=limits_from(fields, "group_"),
         groups=groups,
         groups_total=len(names),
+        protocol_version=int(fields["version"]) if fields.get("version", "").isdigit() else None,
     )
 
 
@@ -139,3 +142,30 @@ def check_batch(batch: int) -> int:
     if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10_000:
         raise ValidationError(f"batch must be an integer in [1, 10000], got {batch!r}")
     return batch
+
+
+def slices(
+    sizes: Sequence[int], offset: int, limit: int, reverse: bool
+) -> list[tuple[int, int, int]]:
+    """Where the page `offset`, `limit` of lists laid end to end (from the end
+    with `reverse`) lies: (list index, first, last) ranks within each list,
+    counted from that list's end with `reverse`."""
+    order = range(len(sizes) - 1, -1, -1) if reverse else range(len(sizes))
+    found, skip, want = [], offset, limit
+    for index in order:
+        size = sizes[index]
+        if want <= 0:
+            break
+        if skip >= size:
+            skip -= size
+            continue
+        take = min(size - skip, want)
+        found.append((index, skip, skip + take - 1))
+        skip, want = 0, want - take
+    return found
+
+
+def group_waiting(seen: QueueOverview, group: str) -> int | None:
+    """The waiting jobs of `group` in an overview; None for a group it does not
+    name (no job waits or runs in it, or beyond the groups an overview describes)."""
+    return next((g.waiting for g in seen.groups if g.name == group), None)

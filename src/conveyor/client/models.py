@@ -165,3 +165,20 @@ class WorkerInfo:
 
     id: str
     info: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationReport:
+    """What Queue.migrate() did: the meta version it found (None: a queue no
+    client used) and left, the version 3 rate windows it carried into version
+    4's logs, the groups it looked at, the script calls it made, and the jobs
+    per state the queue holds after it (read as they are, nothing rewritten)."""
+
+    queue: str
+    found: int | None
+    version: int
+    migrated: bool
+    rate_windows: int
+    groups: int
+    calls: int
+    counts: dict[JobState, int]

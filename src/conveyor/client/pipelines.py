@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conveyor import serializers
-from conveyor.client.flows import FailurePolicy, FlowJob
+from conveyor.client.flows import FailurePolicy, FlowJob, check_node_options
 from conveyor.errors import ValidationError
 from conveyor.options import SpecBuilder, check_name
 
@@ -55,6 +55,12 @@ def pipeline_data(
     Every step's options are checked now, so a bad one writes nothing."""
     if not steps:
         raise ValidationError("a pipeline needs at least one step")
+    if state is not None and data is not None:
+        raise ValidationError(
+            "give data (the first step's input) or state (the mapping every step reads), not both"
+        )
+    if state is not None and not isinstance(state, Mapping):
+        raise ValidationError(f"state must be a mapping, got {state!r}")
     groups = []
     for group in steps:
         members = [group] if isinstance(group, Step) else list(group)
@@ -69,6 +75,7 @@ def pipeline_data(
                 check_name(step.queue, "queue name")
             if "id" in step.options:
                 raise ValidationError("a step's job id is the pipeline's to choose")
+            check_node_options(step.options, root=False)  # a step's job is a flow child
             specs.one(step.task, None, step.options)  # validates the task and options
         groups.append([
             {"task": s.task, "queue": s.queue, "key": s.key, "on_fail": s.on_fail,

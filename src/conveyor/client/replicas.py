@@ -57,6 +57,7 @@ class ReplicaWait:
             seen = acked if isinstance(acked, Exception) else f"{int(acked)} replica(s)"
             raise UnreplicatedWriteError(
                 f"the write was applied on the master, but WAIT saw {seen} acknowledge it "
-                f"within {self.timeout} s, not {self.replicas}: a failover now may lose it"
+                f"within {self.timeout} s, not {self.replicas}: a failover now may lose it",
+                replies,
             )
         return replies

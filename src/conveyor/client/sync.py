@@ -10,6 +10,7 @@ from typing import Any, Unpack
 
 import redis
 
+from conveyor.client import handoffs
 from conveyor.client.cluster import Route, SlotRoute
 from conveyor.client.connection import (
     needs_route,
@@ -17,15 +18,16 @@ from conveyor.client.connection import (
     slot_route,
     wire_endpoint,
 )
-from conveyor.client.core import RESEND_DELAYS, QueueCore, carry_doubt
+from conveyor.client.core import RESEND_DELAYS, QueueCore, applied_replies, carry_doubt
 from conveyor.client.models import Enqueued, EnqueueOptions, IfExists, JobRequest, QueueSettings
 from conveyor.client.sync_admin import QueueAdmin
 from conveyor.client.sync_flows import QueueFlows
+from conveyor.client.sync_operators import QueueOperators
 from conveyor.client.sync_views import QueueViews
 from conveyor.client.transport import SyncRunner, sync_client, translated
 from conveyor.client.waits import SyncWaits
 from conveyor.client.wire import SyncWire
-from conveyor.errors import ConnectionLostError, WaitTimeoutError
+from conveyor.errors import ConnectionLostError, ConveyorError, WaitTimeoutError
 from conveyor.protocol import ops
 from conveyor.protocol.keys import PROTOCOL_VERSION, queue_registry
 
@@ -41,7 +43,7 @@ def connect(
     return sync_client(resolved, needs_route(resolved, route), max_connections=max_connections)
 
 
-class Queue(QueueFlows, QueueAdmin, QueueViews):
+class Queue(QueueFlows, QueueAdmin, QueueOperators, QueueViews):
     """Enqueue and inspect the jobs of one queue, synchronously.
 
     >>> queue = Queue("emails", url="redis://127.0.0.1:6379/0")
@@ -110,6 +112,11 @@ class Queue(QueueFlows, QueueAdmin, QueueViews):
         self.close()
 
     def close(self) -> None:
+        """Close the connections this queue opened: its own, its waiters',
+        and those of the other queues its flows reached (a flow's nodes in
+        other queues are written through a queue of each name, kept open for
+        reuse). A `client=` passed in is left open: it is the caller's. Use
+        `with Queue(...)`, or call this once when done."""
         for peer in self._peers.values():
             peer.close()
         self._waits.close()
@@ -232,14 +239,17 @@ class Queue(QueueFlows, QueueAdmin, QueueViews):
         doubt = carry_doubt(None, failure)
         if doubt is None:  # nothing was applied: the caller decides
             raise failure
+        first = applied_replies(failure, len(calls))
         calls = [self.core.resend_call(call) for call in calls]
         last = failure
         for delay in RESEND_DELAYS:
             time.sleep(delay)
             try:
-                return self._send(calls)
+                again = self._send(calls)
             except ConnectionLostError as exc:
                 doubt, last = carry_doubt(doubt, exc) or doubt, exc
+            else:  # the first send's replies, when known, say what it did
+                return again if first is None else first
         if doubt is last:  # the last send's own doubt says it all
             raise last
         raise doubt from last
@@ -250,8 +260,16 @@ class Queue(QueueFlows, QueueAdmin, QueueViews):
         return self._runner.run_many(calls)
 
     def cancel(self, job_id: str) -> bool:
-        """Remove a waiting or delayed job (or a blocked twin); True if one was."""
-        return int(self._runner.run(self.core.cancel_call(job_id))) == 1
+        """Remove a job that has not started: waiting, delayed, a blocked twin,
+        or a flow's parent waiting for its children (waiting_children), whose
+        pending subtree is then cancelled too, in every queue, before this
+        returns (docs/protocol.md §14.9). A cancelled flow child fails its
+        parent with JobCancelledError under its `on_fail`. True if a job was
+        removed; a running job is not (see abort)."""
+        reply = int(self._runner.run(self.core.cancel_call(job_id)))
+        if reply == 2:  # a flow's hand-off or cancellation is in the outbox
+            self._carry()
+        return reply >= 1
 
     def abort(self, job_id: str) -> str:
         """Stop a job wherever it is. Not started yet (waiting, delayed): it is
@@ -261,7 +279,10 @@ class Queue(QueueFlows, QueueAdmin, QueueViews):
         the run for good with AbortedError, telling its waiters ('aborting').
         Else 'finished' (completed or failed already), 'refused' (a state that
         cannot be aborted) or 'missing' (no such job)."""
-        return ops.text(self._runner.run(self.core.abort_call(job_id)))
+        reply = self._runner.run(self.core.abort_call(job_id))
+        if ops.marked(reply):  # a flow's child: its parent's hand-off is in the outbox
+            self._carry()
+        return ops.word(reply)
 
     def promote(self, job_id: str) -> bool:
         """Run a delayed job now; False if it was not delayed."""
@@ -277,8 +298,45 @@ class Queue(QueueFlows, QueueAdmin, QueueViews):
         return int(self._runner.run(self.core.control_call("retry", job_id))) == 1
 
     def remove(self, job_id: str) -> str:
-        """Delete a job that is not running: 'removed', 'missing' or 'active'."""
-        return ops.text(self._runner.run(self.core.control_call("remove", job_id)))
+        """Delete a job that is not running: 'removed', 'missing' or 'active'.
+        A flow's node that had not settled goes as with cancel."""
+        reply = self._runner.run(self.core.control_call("remove", job_id))
+        if ops.marked(reply):
+            self._carry()
+        return ops.word(reply)
+
+    def _carry(self) -> None:
+        """Carry what a cancel, abort or remove left in this queue's outbox
+        down the flow now, queue after queue (client/handoffs.py). Whatever
+        is left (Redis away, the budget spent), the workers of the queues
+        carry: the entries stay in the outbox until applied."""
+        steps = handoffs.carry(
+            self.core.keys.prefix, [self.name], events_maxlen=self.core.settings.events_maxlen,
+            until=time.monotonic() + handoffs.CLIENT_BUDGET,
+        )  # fmt: skip
+        try:
+            handoffs.carry_sync(self.peer, steps)
+        except ConveyorError as exc:
+            log.warning("carrying flow hand-offs from queue %s failed: %s", self.name, exc)
+
+    def release_suspect(self, job_id: str) -> None:
+        """Let a suspect (a job whose last worker died with it, run isolated in
+        a child process of its own, one per worker) run as any other job from
+        its next claim on, until it stalls again. Raises JobNotFoundError, or
+        NotASuspectError when it is not one."""
+        call = self.core.suspect_call(job_id, "release")
+        self.core.suspect_outcome(job_id, self._runner.run(call))
+
+    def fail_suspect(self, job_id: str) -> str:
+        """End a suspect failed for good: 'failed' (it was waiting: failed
+        unrun, with SuspectFailedError) or 'aborting' (it runs: aborted, as
+        `abort` does). Raises JobNotFoundError, or NotASuspectError."""
+        outcome = self.core.suspect_outcome(
+            job_id, self._runner.run(self.core.suspect_call(job_id, "fail"))
+        )
+        if outcome == "running":
+            outcome = self.core.suspect_outcome(job_id, self.abort(job_id))
+        return outcome
 
     def set_retention(self, *, completed: int | None = None, failed: int | None = None) -> None:
         """Keep at most this many completed / failed records (None: no count

@@ -5,14 +5,16 @@ inherits it; the connection and `check` are Queue's."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from conveyor.client.core import QueueCore
-from conveyor.client.models import ScheduleInfo
+from conveyor.client.migration import Migration
+from conveyor.client.models import MigrationReport, ScheduleInfo
 from conveyor.client.transport import SyncRunner, translated
 from conveyor.errors import ConveyorError
+from conveyor.job import JobState
 from conveyor.protocol import ops, schedules
 
 
@@ -29,6 +31,25 @@ class QueueAdmin:
 
     def check(self) -> None:
         raise NotImplementedError  # Queue's
+
+    if TYPE_CHECKING:
+
+        def counts(self) -> dict[JobState, int]: ...  # QueueViews'
+
+    # --- upgrades ------------------------------------------------------------------
+
+    def migrate(self, *, force: bool = False, batch: int = 100) -> MigrationReport:
+        """Upgrade this queue in place from protocol version 3 to 4 (docs/protocol.md
+        §10), `batch` groups per script call; a queue already at 4 is left as it is.
+        Raises MigrationRefusedError, changing nothing, while workers answer the
+        roll call (old ones: a new one refuses the queue), unless `force`."""
+        run = Migration(self.core.name, self.core.keys, force, batch)
+        more = True
+        while more:
+            with translated():
+                more = run.step(self._runner.run(run.call()))
+        self.check()  # now passes; registers the queue (version 3 kept no registry)
+        return run.report(self.counts())
 
     # --- schedules and limits ----------------------------------------------------
 

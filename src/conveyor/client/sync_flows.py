@@ -59,7 +59,11 @@ class QueueFlows:
         """Enqueue a tree of jobs: each parent waits in waiting_children until
         its children settled, then runs with their results. Nodes are written
         top-down, parents first; sending the same tree again (same ids)
-        changes nothing that exists. Every node is validated first."""
+        changes nothing that exists and completes what a broken send left.
+        Every node is validated first: a bad option or one id twice under a
+        parent (DuplicateChildError) writes nothing. The root may carry an id
+        or a dedup key: if it exists or is deduplicated, nothing under it is
+        written (docs/guide/flows.md)."""
         core = self.core
         plan = FlowPlan(
             [flow], queue=core.name, prefix=core.keys.prefix, specs=core.specs,
@@ -68,13 +72,16 @@ class QueueFlows:
         return self.send_plan(plan)[0]
 
     def send_plan(self, plan: FlowPlan) -> list[FlowEnqueued]:
-        """Write a FlowPlan's calls in order, each on its own queue's slot."""
-        replies = []
+        """Write a FlowPlan's calls in order, each on its own queue's slot;
+        a call with nothing left to write (under nodes not created) is not sent."""
         for flow_call in plan.calls:
+            call = plan.call_for(flow_call)
+            if call is None:
+                continue
             queue = self.peer(flow_call.queue)
             queue.check()
-            replies.append(queue._send_enqueues([flow_call.call])[0])
-        return plan.result(replies)
+            plan.record(flow_call, queue._send_enqueues([call])[0])
+        return plan.result()
 
     def enqueue_pipeline(
         self,
@@ -85,12 +92,16 @@ class QueueFlows:
         **options: Unpack[EnqueueOptions],
     ) -> Enqueued:
         """Enqueue a pipeline (client/pipelines.py): its steps run one after
-        the other, each in its own queue, a list of steps as a fan-out; each
+        the other, each in its own queue, a list of steps as a fan-out. Give
+        `data` or `state`, not both (ValidationError). With `data`, each
         step's job gets the result of the step before as its data (the first:
-        `data`), or with `state`, the shared state mapping, updated by every
-        step's result mapping. Its driver job runs in this queue: its result is
-        the last step's result (a fan-out's: a mapping by step name), or the
-        final state."""
+        `data`; after a fan-out: a mapping of results by step name). With
+        `state`, every step's job gets the shared state mapping, which each
+        result that is a mapping updates (after a fan-out, in the order of
+        its steps: on a key two steps both return, the later step in the
+        list wins). The driver job runs in this queue: its result is the
+        last step's result, or the final state. Step options are a flow
+        child's (no upsert rules, no dedup)."""
         spec = pipeline_data(steps, data, state, self.core.specs)
         return self.enqueue(PIPELINE_TASK, spec, **options)
 

@@ -16,7 +16,7 @@ from conveyor.client.events import Event, decode_events
 from conveyor.client.models import WorkerInfo
 from conveyor.client.transport import translated
 from conveyor.job import Job, JobState
-from conveyor.metrics import WEEK_MINUTES, MinuteCounts, TaskTimings, check_window, task_timings
+from conveyor.metrics import WEEK_MINUTES, MinuteCounts, TaskTimings, check_window
 from conveyor.options import check_job_id
 from conveyor.protocol import ops
 from conveyor.protocol.keys import queue_registry
@@ -40,17 +40,32 @@ class QueueViews:
     def _send(self, calls: list[ops.Call]) -> list[Any]:
         raise NotImplementedError  # Queue's
 
+    def _carry(self) -> None:
+        raise NotImplementedError  # Queue's: carries what a remove left in the outbox
+
     # --- inspecting ------------------------------------------------------------
 
     def get(self, job_id: str) -> Job | None:
         """The job, or None when there is none: a finished job past its
-        result_ttl is gone, even before a sweep deletes its record."""
+        result_ttl is gone, even before a sweep deletes its record, and an id
+        no job can have (malformed: `"a b"`, over 256 characters) is none too."""
+        key = self.core.lookup_key(job_id)
+        if key is None:
+            return None
         with translated():
             pipe = self.client.pipeline(transaction=False)
             pipe.time()
-            pipe.hgetall(self.core.job_key(job_id))
+            pipe.hgetall(key)
             clock, raw = pipe.execute()
         return self.core.job(job_id, raw, server_ms(clock))
+
+    def _twins(self, job_ids: Sequence[str]) -> list[Job | None]:
+        with translated():
+            pipe = self.client.pipeline(transaction=False)
+            for job_id in job_ids:
+                pipe.hgetall(self.core.twin_key(job_id))
+            raws = pipe.execute()
+        return [self.core.twin(i, raw) for i, raw in zip(job_ids, raws, strict=True)]
 
     def get_blocked(self, job_id: str) -> Job | None:
         """The blocked twin of a running singleton: the next run, enqueued while
@@ -88,10 +103,13 @@ class QueueViews:
         limit: int = 100,
         reverse: bool = False,
     ) -> list[str]:
-        """Ids of jobs in `state`, in index order (waiting: run order, ungrouped
-        jobs or one `group`'s; delayed: due time; active: lease deadline;
+        """Ids of jobs in `state`, in index order (waiting: one `group`'s in run
+        order, or every waiting job: the ungrouped in run order, then each
+        group's by group name; delayed: due time; active: lease deadline;
         finished: expiry, those still retained), or from its end with `reverse`
         (finished: newest first)."""
+        if group is None and state == JobState.WAITING:
+            return self._all_waiting(offset, limit, reverse)
         with translated():
             key, since = self.core.id_index(state, group, server_ms(self.client.time()))
             if since is None:
@@ -102,6 +120,23 @@ class QueueViews:
             else:
                 ids = self.client.zrangebyscore(key, since, "+inf", start=offset, num=limit)
         return [ops.text(i) for i in ids]
+
+    def _all_waiting(self, offset: int, limit: int, reverse: bool) -> list[str]:
+        keys = self.core.keys
+        with translated():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zrange(keys.groups, 0, -1)
+            pipe.zrange(keys.gwait, 0, -1)
+            lists = self.core.waiting_lists(*(pipe.execute()))
+            pipe = self.client.pipeline(transaction=False)
+            for key in lists:
+                pipe.zcard(key)
+            sizes = [int(n) for n in pipe.execute()]
+            pipe = self.client.pipeline(transaction=False)
+            for index, first, last in inspect.slices(sizes, offset, limit, reverse):
+                (pipe.zrevrange if reverse else pipe.zrange)(lists[index], first, last)
+            pages = pipe.execute()
+        return [ops.text(i) for page in pages for i in page]
 
     def find(self, field: str, value: str | int, *, limit: int = 100) -> list[Job]:
         """Jobs enqueued with `index={field: value}` (or by a task that declares
@@ -152,7 +187,7 @@ class QueueViews:
         check_window(hours, "hours", WEEK_MINUTES // 60)
         with translated():
             raws = self._hgetall_all(self.core.timings_keys(self.client.time(), hours))
-        return task_timings(raws)
+        return self.core.timings(raws)
 
     def totals(self) -> dict[str, int]:
         """Jobs completed, failed, retried and stalled since the queue began."""
@@ -231,8 +266,11 @@ class QueueViews:
         waiting, confs = replies[: len(names)], replies[len(names) :]
         return inspect.overview(self.name, meta, counts, names, waiting, running, confs)
 
-    def get_many(self, job_ids: Sequence[str]) -> list[Job | None]:
-        """The jobs of `job_ids` in one round trip (None where a record is gone)."""
+    def get_many(self, job_ids: Sequence[str], *, blocked: bool = False) -> list[Job | None]:
+        """The jobs of `job_ids` in one round trip (None where a record is gone);
+        with `blocked`, their blocked twins (get_blocked) instead."""
+        if blocked:
+            return self._twins(job_ids)
         keys = [self.core.job_key(i) for i in job_ids]
         with translated():
             pipe = self.client.pipeline(transaction=False)
@@ -253,6 +291,11 @@ class QueueViews:
     def retry_failed(self, *, batch: int = 500) -> int:
         """Retry every failed job, `batch` per round trip; returns how many."""
         return self._drain(self.core.keys.failed, "retry", 1, inspect.check_batch(batch))
+
+    def promote_all(self, *, batch: int = 500) -> int:
+        """Run every delayed job now, `batch` per round trip; returns how many."""
+        key = self.core.index_of(JobState.DELAYED)
+        return self._drain(key, "promote", 1, inspect.check_batch(batch))
 
     def purge(self, state: JobState | str, *, batch: int = 500) -> int:
         """Remove every job in `state` (waiting, delayed, completed or failed;
@@ -279,7 +322,10 @@ class QueueViews:
             ids = [ops.text(i) for i in page]
             if not ids:
                 return total
-            replies = self._send([self.core.control_call(what, i) for i in ids])
-            moved = sum(1 for r in replies if (ops.text(r) if isinstance(r, bytes) else r) == done)
+            raw = self._send([self.core.control_call(what, i) for i in ids])
+            replies = [ops.word(r) if isinstance(r, bytes | str) else r for r in raw]
+            if any(isinstance(r, bytes | str) and ops.marked(r) for r in raw):
+                self._carry()  # flow nodes removed: their hand-offs go now
+            moved = sum(1 for r in replies if r == done)
             total += moved
             offset += len(ids) - moved

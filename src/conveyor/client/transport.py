@@ -19,6 +19,7 @@ from redis import exceptions as rx
 
 from conveyor.client.cluster import Route, SlotRedirect, async_pool, sync_pool
 from conveyor.client.connection import connection_options
+from conveyor.client.endpoint import no_such_database
 from conveyor.client.replicas import ReplicaWait
 from conveyor.client.wire import (
     AsyncWire,
@@ -84,11 +85,38 @@ def _pool_exhausted(exc: Exception) -> bool:
 _REFUSED = (rx.AuthenticationError, rx.AuthorizationError, HandshakeError, SlotRedirect)
 
 
+_TLS = (redis.connection.SSLConnection, redis.asyncio.connection.SSLConnection)
+
+
+def _select_refused(connection: Any, exc: rx.ResponseError) -> bool:
+    """The refusal is the SELECT's (out of range, or a cluster node), not an odd AUTH reply."""
+    text = str(exc)
+    return bool(connection.db) and ("DB index" in text or "SELECT" in text)
+
+
+def _database_refused(connection: Any, exc: rx.ResponseError) -> ConfigurationError:
+    """redis-py's handshake failed at its SELECT: the URL's database number is not the
+    server's. The caller drops the half-made connection, which would otherwise serve
+    database 0 on its next use."""
+    if getattr(connection, "path", None):
+        url = f"unix://{connection.path}?db={connection.db}"
+    else:
+        scheme = "rediss" if isinstance(connection, _TLS) else "redis"
+        url = f"{scheme}://{connection.host}:{connection.port}/{connection.db}"
+    return no_such_database(url, connection.db, exc)
+
+
 def _handshake(connection: Any) -> None:
     """redis-py's handshake, then a PING: a port that does not speak
     plaintext Redis (TLS, say) fails here, as a connection error."""
     try:
-        connection.on_connect()
+        try:
+            connection.on_connect()
+        except rx.ResponseError as exc:
+            if not _select_refused(connection, exc):
+                raise  # as any refusal before: the handshake goes on without its PING
+            connection.disconnect()
+            raise _database_refused(connection, exc) from None
         connection.send_command("PING")
         connection.read_response()
     except rx.ResponseError:  # a refused PING is still a Redis reply
@@ -103,7 +131,13 @@ def _handshake(connection: Any) -> None:
 
 async def _handshake_async(connection: Any) -> None:
     try:
-        await connection.on_connect()
+        try:
+            await connection.on_connect()
+        except rx.ResponseError as exc:
+            if not _select_refused(connection, exc):
+                raise  # as any refusal before: the handshake goes on without its PING
+            await connection.disconnect()
+            raise _database_refused(connection, exc) from None
         await connection.send_command("PING")
         await connection.read_response()
     except rx.ResponseError:

@@ -22,7 +22,7 @@ the lifespan state (`request.state.conveyor`), not in module globals: each app, 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -73,20 +73,25 @@ class ConveyorLifespan:
                 opened.queues[tasks.queue_name] = queue
             yield {STATE_KEY: opened}
 
-    def async_queue(self, name: str | None = None) -> Callable[[HTTPConnection], AsyncQueue]:
+    # The dependencies are coroutine functions: FastAPI runs a plain `def` dependency in its
+    # thread pool, a hop per request for what is a dictionary lookup.
+
+    def async_queue(
+        self, name: str | None = None
+    ) -> Callable[[HTTPConnection], Awaitable[AsyncQueue]]:
         """A dependency giving the `AsyncQueue` of `name` (default: the first Tasks')."""
         wanted = self._name(name)
 
-        def dependency(connection: HTTPConnection) -> AsyncQueue:
+        async def dependency(connection: HTTPConnection) -> AsyncQueue:
             return _opened(connection).async_queues[wanted]
 
         return dependency
 
-    def queue(self, name: str | None = None) -> Callable[[HTTPConnection], Queue]:
+    def queue(self, name: str | None = None) -> Callable[[HTTPConnection], Awaitable[Queue]]:
         """A dependency giving the sync `Queue` of `name`, for `def` endpoints."""
         wanted = self._name(name)
 
-        def dependency(connection: HTTPConnection) -> Queue:
+        async def dependency(connection: HTTPConnection) -> Queue:
             return _opened(connection).queues[wanted]
 
         return dependency
@@ -104,6 +109,7 @@ def _opened(connection: HTTPConnection) -> OpenQueues:
     if not isinstance(opened, OpenQueues):
         raise ConfigurationError(
             "Conveyor's lifespan has not run: pass lifespan=ConveyorLifespan(...) to the app "
-            "(and in tests enter the client: `with TestClient(app) as client`)"
+            "(and in tests enter the client: `with TestClient(app) as client`; httpx's "
+            "ASGITransport runs no lifespan: wrap the app in asgi_lifespan.LifespanManager)"
         )
     return opened

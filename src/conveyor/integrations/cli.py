@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import signal
-from contextlib import ExitStack
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -17,9 +17,18 @@ from conveyor.client.flows import FlowNode
 from conveyor.client.sync import Queue
 from conveyor.errors import ConveyorError
 from conveyor.integrations import logs
+from conveyor.integrations.cli_audit import note
+from conveyor.integrations.cli_jobs import show_job
 from conveyor.integrations.cli_observe import log_command
 from conveyor.integrations.cli_ops import COMMANDS as OPERATOR_COMMANDS
-from conveyor.integrations.cli_ops import require_queue
+from conveyor.integrations.cli_ops import jobs, require_queue
+from conveyor.integrations.cli_options import (
+    emit,
+    open_kept,
+    open_queue,
+    prefix_option,
+    queue_options,
+)
 from conveyor.integrations.cli_options import redis_url as redis_url
 from conveyor.integrations.cli_options import url_option as url_option
 from conveyor.integrations.cli_worker import ASYNC_CONCURRENCY as ASYNC_CONCURRENCY
@@ -34,6 +43,7 @@ from conveyor.integrations.cli_worker import metrics_endpoint as metrics_endpoin
 from conveyor.integrations.cli_worker import parse_queues as parse_queues
 from conveyor.integrations.cli_worker import tasks_of_queues as tasks_of_queues
 from conveyor.integrations.cli_worker import worker
+from conveyor.integrations.cli_workers import COMMANDS as WORKER_COMMANDS
 from conveyor.integrations.embedded import EmbeddedRedis
 from conveyor.integrations.progress import ProgressBar, follow
 
@@ -71,28 +81,50 @@ def main(verbose: int, log_level: str | None, log_format: str) -> None:
     logs.configure(level, log_format)
 
 
+# A worker's self-description holds these as epoch seconds: shown as ISO 8601 dates.
+_WORKER_DATES = ("started_at", "beat_at")
+
+
 @main.command()
-@click.argument("queue", default="default")
+@click.argument("queue", required=False)
 @url_option
-def info(queue: str, url: str | None) -> None:
-    """Job counts per state and the live workers of QUEUE."""
-    with ExitStack() as stack, Queue(queue, url=redis_url(url, stack)) as q:
-        require_queue(q)
+@prefix_option
+def info(queue: str | None, url: str | None, prefix: str) -> None:
+    """Job counts per state and the live workers of QUEUE, as JSON (dates ISO
+    8601, UTC); without QUEUE, the queues on the server."""
+    with open_kept(queue or "default", url, prefix) as q:
+        if queue is None:
+            click.echo(json.dumps({"queues": q.known_queues()}, indent=2))
+            return
+        seen = require_queue(q)
         counts = {state.value: n for state, n in q.counts().items()}
-        workers = [{"id": w.id, **w.info} for w in q.workers()]
-        click.echo(json.dumps({"queue": queue, "counts": counts, "workers": workers}, indent=2))
+        workers = [{"id": w.id, **_dated(w.info)} for w in q.workers()]
+        # suspects run isolated, one per worker (docs/protocol.md §6.2): named with their worker
+        suspects = [{"id": s, "worker": w["id"]} for w in workers for s in w.get("suspects", [])]
+        out = {"queue": queue, "protocol_version": seen.protocol_version, "counts": counts}
+        click.echo(json.dumps({**out, "suspects_running": suspects, "workers": workers}, indent=2))
+
+
+def _dated(info: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: datetime.fromtimestamp(float(v), UTC).isoformat()
+        if k in _WORKER_DATES and isinstance(v, int | float)
+        else v
+        for k, v in info.items()
+    }
 
 
 @main.command()
 @click.argument("queue")
 @click.argument("job_id")
 @url_option
+@prefix_option
 @click.option("--offset", type=click.IntRange(min=0), default=0, help="First child shown.")
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
-def flow(queue: str, job_id: str, url: str | None, offset: int, limit: int) -> None:
+def flow(queue: str, job_id: str, url: str | None, prefix: str, offset: int, limit: int) -> None:
     """A flow's node JOB_ID of QUEUE and a page of its children, as JSON: each
     with its state, result, error and counts of children."""
-    with ExitStack() as stack, Queue(queue, url=redis_url(url, stack)) as q:
+    with open_kept(queue, url, prefix) as q:
         require_queue(q)
         click.echo(json.dumps(_flow_node(q.flow(job_id, offset=offset, limit=limit)), indent=2))
 
@@ -114,18 +146,26 @@ def _flow_node(node: FlowNode) -> dict[str, Any]:
 @main.command()
 @click.argument("queue", default="default")
 @url_option
+@prefix_option
 @click.option(
-    "--total", type=int, default=None, help="Jobs to wait for (default: those queued now)."
+    "--total",
+    type=int,
+    default=None,
+    help="Jobs to wait for (default: those unfinished now and those added meanwhile).",
 )
 @click.option("--timeout", type=float, default=3600.0, show_default=True)
-def watch(queue: str, url: str | None, total: int | None, timeout: float) -> None:
-    """A live progress bar of QUEUE's finished jobs, fed by its events stream."""
-    with ExitStack() as stack, Queue(queue, url=redis_url(url, stack)) as q:
+def watch(queue: str, url: str | None, prefix: str, total: int | None, timeout: float) -> None:
+    """A live progress bar of QUEUE's finished jobs, fed by its events stream.
+
+    Ends when the jobs it counts have finished (with none yet, it waits for
+    the first), or after --timeout seconds."""
+    with open_kept(queue, url, prefix) as q:
         counts = q.counts()
         pending = sum(
             n for state, n in counts.items() if state.value not in ("completed", "failed")
         )
-        follow(q, ProgressBar(total if total is not None else pending), after="$", timeout=timeout)
+        bar = ProgressBar(total if total is not None else pending)
+        follow(q, bar, after="$", timeout=timeout, count_new=total is None)
 
 
 @main.command()
@@ -133,6 +173,7 @@ def watch(queue: str, url: str | None, total: int | None, timeout: float) -> Non
 @click.argument("task")
 @click.argument("data", default="null")
 @url_option
+@prefix_option
 @click.option("--id", "job_id", default=None)
 @click.option("--delay", type=click.FloatRange(min=0), default=None, help="Seconds.")
 @click.option("--priority", default=None, help="0 (highest) .. 2097152, or high/normal/low.")
@@ -142,6 +183,7 @@ def enqueue(
     task: str,
     data: str,
     url: str | None,
+    prefix: str,
     job_id: str | None,
     delay: float | None,
     priority: str | None,
@@ -156,7 +198,7 @@ def enqueue(
             param_hint="DATA",
         ) from None
     options: dict[str, Any] = {"id": job_id, "delay": delay, "priority": _priority(priority)}
-    with ExitStack() as stack, Queue(queue, url=redis_url(url, stack)) as q:
+    with open_kept(queue, url, prefix) as q:
         if not force:
             _check_task_runs(q, task)
         done = q.enqueue(task, payload, **{k: v for k, v in options.items() if v is not None})
@@ -166,15 +208,25 @@ def enqueue(
 @main.command()
 @click.argument("queue")
 @click.argument("job_id")
-@url_option
-def abort(queue: str, job_id: str, url: str | None) -> None:
+@queue_options
+def abort(queue: str, job_id: str, url: str | None, prefix: str, as_json: bool) -> None:
     """Abort job JOB_ID: cancel it if it has not started, else have its
-    worker stop it (it fails with AbortedError). Prints what happened."""
-    with ExitStack() as stack, Queue(queue, url=redis_url(url, stack)) as q:
+    worker stop it (it fails with AbortedError). Says what happened."""
+    with open_queue(queue, url, prefix) as q:
         what = q.abort(job_id)
-    click.echo(json.dumps({"id": job_id, "outcome": what}))
-    if what in ("missing", "refused"):
+        note(what)
+    said = _ABORTED.get(what, f"not aborted: {what}")
+    emit(as_json, {"id": job_id, "outcome": what, "said": said}, lambda: f"{job_id}: {said}")
+    if what in ("missing", "refused", "finished"):
         raise SystemExit(1)
+
+
+_ABORTED = {
+    "aborting": "aborting: its worker stops it, then it fails with AbortedError",
+    "cancelled": "cancelled before it started",
+    "finished": "not aborted: it has already finished",
+    "missing": "not aborted: no such job",
+}
 
 
 def _priority(given: str | None) -> int | str | None:
@@ -230,7 +282,8 @@ def redis(stop: bool) -> None:
 
 main.add_command(worker)
 main.add_command(log_command)
-for command in OPERATOR_COMMANDS:
+jobs.add_command(show_job)
+for command in [*OPERATOR_COMMANDS, *WORKER_COMMANDS]:
     main.add_command(command)
 
 
@@ -238,7 +291,7 @@ def run() -> None:
     try:
         main(standalone_mode=True)
     except ConveyorError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
         raise SystemExit(2) from exc
 
 

@@ -9,9 +9,15 @@ from typing import Any
 
 import click
 
-from conveyor.client.events import Event
-from conveyor.client.inspect import PURGEABLE, Limits, QueueOverview
+from conveyor.client.inspect import PURGEABLE, Limits, QueueOverview, group_waiting
 from conveyor.client.sync import Queue
+from conveyor.errors import (
+    JobNotFoundError,
+    MigrationRefusedError,
+    NotASuspectError,
+    ProtocolVersionError,
+)
+from conveyor.integrations.cli_audit import note
 from conveyor.integrations.cli_options import (
     emit,
     open_queue,
@@ -25,8 +31,8 @@ from conveyor.integrations.cli_options import (
 from conveyor.integrations.cli_spark import archive, report
 from conveyor.job import FINISHED_STATES, Job, JobState
 
-LISTED = [s.value for s in JobState if s is not JobState.WAITING_CHILDREN]
-COUNTED = ("waiting", "delayed", "active", "completed", "failed")
+LISTED = [s.value for s in JobState]
+COUNTED = ("waiting", "delayed", "active", "completed", "failed", "blocked", "waiting_children")
 
 
 def _limits(value: Limits) -> str:
@@ -36,10 +42,19 @@ def _limits(value: Limits) -> str:
     return ", ".join(parts) or "none"
 
 
+def group_total(seen: QueueOverview, group: str) -> int:
+    """The waiting jobs of `group`; a group the queue does not know is an error."""
+    found = group_waiting(seen, group)
+    if found is None:
+        raise click.ClickException(f"no group {group!r} in queue {seen.name!r}")
+    return found
+
+
 def _overview_json(seen: QueueOverview, workers: int) -> dict[str, Any]:
     return {
         "queue": seen.name,
         "exists": seen.exists,
+        "protocol_version": seen.protocol_version,
         "paused": seen.paused,
         "counts": {state.value: n for state, n in seen.counts.items()},
         "workers": workers,
@@ -69,11 +84,21 @@ def queues(url: str | None, prefix: str, as_json: bool) -> None:
         for name in names:
             with Queue(name, client=any_queue.client, settings=any_queue.core.settings) as q:
                 rows.append(_overview_json(q.overview(), len(q.workers())))
+                rows += _lane_rows(q)
     emit(as_json, rows, lambda: table(
-        ["queue", *COUNTED, "workers", "paused"],
-        [[r["queue"], *(r["counts"][s] for s in COUNTED), r["workers"],
+        ["queue", "version", *COUNTED, "workers", "paused"],
+        [[r["queue"], r["protocol_version"] or "", *(r["counts"][s] for s in COUNTED), r["workers"],
           "paused" if r["paused"] else ""] for r in rows],
     ) if rows else "no queues registered on this server")  # fmt: skip
+
+
+def _lane_rows(queue: Queue) -> list[dict[str, Any]]:
+    """The queue's failure lane as `<name>:failures`, when it has jobs or workers."""
+    lane = queue.failure_lane()
+    seen, workers = lane.overview(), len(lane.workers())
+    if not (seen.exists or any(seen.counts.values()) or workers):
+        return []
+    return [{**_overview_json(seen, workers), "queue": f"{queue.name}:failures"}]
 
 
 def _job_json(job: Job) -> dict[str, Any]:
@@ -83,7 +108,7 @@ def _job_json(job: Job) -> dict[str, Any]:
         "failures": job.failures, "stalls": job.stalls, "progress": job.progress,
         "result": job.result, "error": job.error, "worker": job.worker, "group": job.group,
         "created_at": job.created_at, "run_at": job.run_at, "started_at": job.started_at,
-        "finished_at": job.finished_at,
+        "finished_at": job.finished_at, "suspect": job.suspect, "trace_id": job.trace_id,
     }  # fmt: skip
 
 
@@ -108,50 +133,18 @@ def list_jobs(
     with open_queue(queue, url, prefix) as q:
         seen = require_queue(q)
         newest_first = JobState(state) in FINISHED_STATES
+        total = seen.counts[JobState(state)] if group is None else group_total(seen, group)
         ids = q.job_ids(state, group=group, offset=offset, limit=limit, reverse=newest_first)
-        found = [j for j in q.get_many(ids) if j is not None]
-    total = seen.counts[JobState(state)]
+        found = [j for j in q.get_many(ids, blocked=state == "blocked") if j is not None]
     rows = [_job_json(j) for j in found]
     emit(as_json, rows, lambda: "\n".join([
-        table(["id", "task", "priority", "attempts", "group", "created", "run at", "finished"],
+        table(["id", "task", "priority", "attempts", "group", "created", "run at", "finished",
+               "suspect"],
               [[j.id, j.task, j.priority, j.attempts, j.group, when(j.created_at),
-                when(j.run_at), when(j.finished_at)] for j in found]),
+                when(j.run_at), when(j.finished_at), "suspect" if j.suspect else ""]
+               for j in found]),
         f"{offset + 1 if found else 0}-{offset + len(found)} of {total} {state}",
     ]))  # fmt: skip
-
-
-@jobs.command("show")
-@click.argument("queue")
-@click.argument("job_id")
-@queue_options
-def show_job(queue: str, job_id: str, url: str | None, prefix: str, as_json: bool) -> None:
-    """One job: its record and its recent events."""
-    with open_queue(queue, url, prefix) as q:
-        job = q.get(job_id)
-        if job is None:
-            raise click.ClickException(f"no job {job_id!r} in queue {queue!r}")
-        events = q.job_events(job_id)
-    payload = {**_job_json(job), "events": [
-        {"at": e.at, "event": e.name, **e.fields} for e in events]}  # fmt: skip
-
-    def text() -> str:
-        fields = [(k, when(v) if k.endswith("_at") else v) for k, v in _job_json(job).items()]
-        lines = [f"{k:>12}: {v}" for k, v in fields if k != "error"]
-        if job.error:
-            lines += ["", "error:", job.error]
-        lines += ["", "events:"] + [_event_line(e) for e in events]
-        return "\n".join(lines)
-
-    emit(as_json, payload, text)
-
-
-def _event_line(event: Event) -> str:
-    """One event on a line; an error by its last line (a traceback's message)."""
-    fields = " ".join(f"{k}={v}" for k, v in event.fields.items() if k != "error")
-    error = (event.fields.get("error") or "").strip()
-    message = f"error: {error.splitlines()[-1]}" if error else ""
-    parts = [when(event.at), event.name, fields, message]
-    return "  " + "  ".join(p for p in parts if p)
 
 
 def _each(queue: str, ids: tuple[str, ...], url: str | None, prefix: str, as_json: bool,
@@ -162,12 +155,42 @@ def _each(queue: str, ids: tuple[str, ...], url: str | None, prefix: str, as_jso
         for job_id in ids:
             if act == "remove":
                 outcomes[job_id] = q.remove(job_id)
+            elif act in SUSPECT_ACTS:
+                outcomes[job_id] = _on_suspect(q, act, job_id)
             else:
                 done = {"retry": q.retry, "cancel": q.cancel, "promote": q.promote}[act](job_id)
-                outcomes[job_id] = "done" if done else "not applied"
+                outcomes[job_id] = "done" if done else _why_not(q, job_id, act)
+        note(", ".join(f"{i}: {o}" for i, o in outcomes.items()))
     emit(as_json, outcomes, lambda: "\n".join(f"{i}: {o}" for i, o in outcomes.items()))
-    if any(o not in ("done", "removed") for o in outcomes.values()):
+    applied = ("done", "removed", "released", "failed", "aborting")
+    if any(o not in applied for o in outcomes.values()):
         sys.exit(1)
+
+
+# The state a job must be in for each control to apply.
+_NEEDS = {"retry": "failed", "cancel": "waiting or delayed", "promote": "delayed"}
+
+
+def _why_not(queue: Queue, job_id: str, act: str) -> str:
+    """Why a control was not applied, in the words of the job's state."""
+    job = queue.get(job_id)
+    if job is None:
+        return "not applied: no such job"
+    return f"not applied: it is {job.state.value}, not {_NEEDS[act]}"
+
+
+SUSPECT_ACTS = ("release-suspect", "fail-suspect")
+
+
+def _on_suspect(q: Queue, act: str, job_id: str) -> str:
+    """An operator's word on a suspect (Queue.release_suspect / fail_suspect)."""
+    try:
+        if act == "release-suspect":
+            q.release_suspect(job_id)
+            return "released"
+        return q.fail_suspect(job_id)
+    except (NotASuspectError, JobNotFoundError) as exc:
+        return f"not applied: {exc}"
 
 
 def _control(act: str, summary: str) -> click.Command:
@@ -186,6 +209,13 @@ def _control(act: str, summary: str) -> click.Command:
 cancel = _control("cancel", "Cancel waiting or delayed jobs of QUEUE.")
 remove = _control("remove", "Delete jobs of QUEUE that are not running.")
 promote = _control("promote", "Run delayed jobs of QUEUE now.")
+release_suspect = _control(
+    "release-suspect",
+    "Let suspects of QUEUE (jobs whose worker died with them) run as any job again.",
+)
+fail_suspect = _control(
+    "fail-suspect", "Fail suspects of QUEUE for good (a running one is aborted)."
+)
 
 
 @click.command()
@@ -197,7 +227,9 @@ def retry(
     queue: str, job_ids: tuple[str, ...], all_failed: bool,
     url: str | None, prefix: str, as_json: bool,
 ) -> None:  # fmt: skip
-    """Run failed jobs of QUEUE again (JOB_IDS, or --all-failed)."""
+    """Run failed jobs of QUEUE again (JOB_IDS, or --all-failed). A flow parent
+    that failed because a child failed runs again at once, without that
+    child's result (the child stays failed: retry it first if the parent needs it)."""
     if all_failed == bool(job_ids):
         raise click.UsageError("give job ids or --all-failed (not both)")
     if job_ids:
@@ -206,6 +238,7 @@ def retry(
     with open_queue(queue, url, prefix) as q:
         require_queue(q)
         count = q.retry_failed()
+        note(f"retried {count} failed job(s)")
     emit(as_json, {"retried": count}, lambda: f"retried {count} failed job(s)")
 
 
@@ -215,16 +248,19 @@ def _pause_command(pause: bool) -> click.Command:
     @click.command(verb)
     @click.argument("queue")
     @click.option("--group", default=None, help=f"{verb.title()} one group only.")
-    @url_option
-    @prefix_option
-    def command(queue: str, group: str | None, url: str | None, prefix: str) -> None:
+    @queue_options
+    def command(queue: str, group: str | None, url: str | None, prefix: str, as_json: bool) -> None:
         with open_queue(queue, url, prefix) as q:
-            require_queue(q)
+            seen = require_queue(q)
             if group is None:
                 (q.pause if pause else q.resume)()
             else:
+                known = group_waiting(seen, group) is not None or group in q.groups()
                 (q.pause_group if pause else q.resume_group)(group)
-        click.echo(f"{verb}d {queue}" + (f" group {group}" if group else ""))
+        note = "" if group is None or known else f" (no job of group {group!r} waits or runs)"
+        payload = {"queue": queue, "group": group, verb + "d": True, "note": note.strip(" ()")}
+        emit(as_json, payload, lambda: f"{verb}d {queue}" + (f" group {group}" if group else "")
+             + note)  # fmt: skip
 
     command.help = (
         "Stop claims on QUEUE (or one --group); running jobs finish."
@@ -245,8 +281,18 @@ def schedules(queue: str, url: str | None, prefix: str, as_json: bool) -> None:
     """The repeatable jobs of QUEUE, soonest first."""
     with open_queue(queue, url, prefix) as q:
         found = q.schedules()
-    rows = [{"id": s.id, "task": s.task, "cron": s.cron, "every": s.every,
-             "next_run": s.next_run, "job_id": s.job_id, "data": s.data} for s in found]
+    rows = [
+        {
+            "id": s.id,
+            "task": s.task,
+            "cron": s.cron,
+            "every": s.every,
+            "next_run": s.next_run,
+            "job_id": s.job_id,
+            "data": s.data,
+        }
+        for s in found
+    ]
     emit(as_json, rows, lambda: table(
         ["schedule", "task", "timing", "next run", "pending job"],
         [[s.id, s.task, f"cron {s.cron}" if s.cron else f"every {s.every:g} s",
@@ -259,9 +305,7 @@ def schedules(queue: str, url: str | None, prefix: str, as_json: bool) -> None:
 @click.argument("state", type=click.Choice([s.value for s in PURGEABLE]))
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @queue_options
-def purge(
-    queue: str, state: str, yes: bool, url: str | None, prefix: str, as_json: bool
-) -> None:
+def purge(queue: str, state: str, yes: bool, url: str | None, prefix: str, as_json: bool) -> None:
     """Delete every job of QUEUE in STATE (waiting covers every group)."""
     with open_queue(queue, url, prefix) as q:
         seen = require_queue(q)
@@ -269,6 +313,7 @@ def purge(
         if not yes:
             click.confirm(f"delete the {count} {state} job(s) of {queue}?", abort=True)
         removed = q.purge(state)
+        note(f"removed {removed} {state} job(s)")
     emit(as_json, {"removed": removed}, lambda: f"removed {removed} {state} job(s)")
 
 
@@ -300,5 +345,48 @@ def dashboard(
         uvicorn.run(dashboard_app(settings), host=host, port=port, log_level="warning")
 
 
-COMMANDS = [queues, jobs, retry, cancel, remove, promote, pause, resume, schedules, purge,
-            dashboard, archive, report]  # fmt: skip
+@click.command()
+@click.argument("queue")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Migrate even while workers answer the roll call (they are known dead).",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 10_000),
+    default=100,
+    show_default=True,
+    help="Groups converted per script call.",
+)
+@queue_options
+def migrate(
+    queue: str, force: bool, batch: int, url: str | None, prefix: str, as_json: bool
+) -> None:
+    """Upgrade QUEUE in place from the previous protocol version; stop its old
+    workers first. Idempotent: a queue already current is left as it is."""
+    with open_queue(queue, url, prefix) as q:
+        try:
+            done = q.migrate(force=force, batch=batch)
+        except (MigrationRefusedError, ProtocolVersionError) as exc:
+            raise click.ClickException(str(exc)) from exc
+    counts = {state.value: n for state, n in done.counts.items()}
+    out = {
+        "queue": done.queue,
+        "found": done.found,
+        "version": done.version,
+        "migrated": done.migrated,
+        "rate_windows": done.rate_windows,
+        "groups": done.groups,
+        "calls": done.calls,
+        "counts": counts,
+    }
+    emit(as_json, out, lambda: (
+        f"queue {queue!r}: protocol {done.found} -> {done.version}, "
+        f"{done.rate_windows} rate window(s) carried over, {done.groups} group(s) looked at"
+        if done.migrated else f"queue {queue!r} already speaks protocol {done.version}"
+    ) + "; jobs: " + ", ".join(f"{k} {v}" for k, v in counts.items()))  # fmt: skip
+
+
+COMMANDS = [queues, jobs, migrate, retry, cancel, remove, promote, release_suspect, fail_suspect,
+            pause, resume, schedules, purge, dashboard, archive, report]  # fmt: skip

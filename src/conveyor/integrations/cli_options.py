@@ -3,6 +3,7 @@ embedded default when no URL is given), JSON or tables, dates."""
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -14,6 +15,7 @@ import click
 from conveyor.client.connection import URL_VARIABLES
 from conveyor.client.models import QueueSettings
 from conveyor.client.sync import Queue
+from conveyor.integrations.cli_audit import audited
 from conveyor.integrations.embedded import EmbeddedRedis
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -62,19 +64,36 @@ def redis_url(url: str | None, stack: ExitStack) -> str:
 
 @contextmanager
 def open_queue(name: str, url: str | None, prefix: str = "conveyor") -> Iterator[Queue]:
-    """The queue `name` at `url`, else on the embedded server."""
+    """The queue `name` (`<queue>:failures`: its failure lane) at `url`, else
+    on the embedded server; a command that
+    changes something is recorded in its audit trail (cli_audit)."""
     settings = QueueSettings(prefix=prefix, eviction_check="ignore")
-    with resolved_url(url) as found, Queue(name, url=found, settings=settings) as queue:
+    lane = name.endswith(":failures")
+    with (
+        resolved_url(url) as found,
+        Queue(name.removesuffix(":failures"), url=found, settings=settings, failures=lane) as queue,
+        audited(queue),
+    ):
         yield queue
 
 
+@contextmanager
+def open_kept(name: str, url: str | None, prefix: str = "conveyor") -> Iterator[Queue]:
+    """The queue `name` at `url`, else on the embedded server, which keeps running
+    after the command (redis_url)."""
+    with ExitStack() as stack:
+        settings = QueueSettings(prefix=prefix)
+        with Queue(name, url=redis_url(url, stack), settings=settings) as queue:
+            yield queue
+
+
 def when(value: datetime | float | None) -> str:
-    """A date for people: `2026-11-25 13:02:07` (UTC), never an epoch float."""
+    """A date for people: `2026-11-25 13:02:07 UTC`, never an epoch float."""
     if value is None or value == "":
         return "-"
     if not isinstance(value, datetime):
         value = datetime.fromtimestamp(float(value), UTC)
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -94,4 +113,24 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def emit(as_json: bool, payload: Any, text: Callable[[], str]) -> None:
     """`payload` as JSON with --json, else the human text."""
-    click.echo(json.dumps(payload, indent=2, default=str) if as_json else text())
+    click.echo(json.dumps(payload, indent=2, default=json_value) if as_json else text())
+
+
+def json_value(value: Any) -> Any:
+    """What JSON cannot hold as such: dates as ISO 8601 in UTC, enums by value."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat()
+    if isinstance(value, enum.Enum):
+        return value.value
+    return str(value)
+
+
+def shown(value: Any) -> str:
+    """A value in a table or a text line: JSON for data (never a Python repr)."""
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, datetime):
+        return when(value)
+    return json.dumps(value, default=json_value, ensure_ascii=False, sort_keys=True)

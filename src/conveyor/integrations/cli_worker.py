@@ -4,20 +4,28 @@ worker (and its Prometheus endpoint). cli.py registers the command."""
 from __future__ import annotations
 
 import importlib
+import keyword
 import logging
 import os
+import re
 import sys
+import traceback
 from collections.abc import Callable
 from contextlib import ExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+import conveyor
 from conveyor.client.sync import Queue
 from conveyor.client.tasks import Tasks
-from conveyor.hooks import Hook
+from conveyor.errors import ConfigurationError, ConnectionLostError
 from conveyor.integrations.cli_options import redis_url, url_option
+from conveyor.worker.queues import parse_queue_spec
 from conveyor.worker.runtime import Worker, WorkerSettings
+
+if TYPE_CHECKING:
+    from conveyor.integrations.prometheus import PrometheusHook
 
 
 def load_tasks(target: str) -> Tasks:
@@ -30,10 +38,12 @@ def load_tasks(target: str) -> Tasks:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         if not _is_missing(exc, module_name):
-            raise  # an import inside the user's module failed: its traceback says where
+            _module_failed(module_name, exc)
         raise click.BadParameter(
             f"no module {module_name!r} (looked in {os.getcwd()} and on sys.path)"
         ) from exc
+    except Exception as exc:  # raised by the user's module as it ran
+        _module_failed(module_name, exc)
     try:
         found: Any = getattr(module, attribute)
     except AttributeError as exc:
@@ -43,31 +53,36 @@ def load_tasks(target: str) -> Tasks:
     return found
 
 
+def _module_failed(module_name: str, exc: Exception) -> NoReturn:
+    """Importing the user's module failed inside it: one line naming the module, then
+    the user's frames only (not click's, importlib's nor ours), and exit 2."""
+    lines = [f"error: importing module {module_name!r} failed: {type(exc).__name__}: {exc}\n"]
+    frames = traceback.extract_tb(exc.__traceback__)
+    lines += traceback.format_list([f for f in frames if not _not_users(f.filename)])
+    if isinstance(exc, SyntaxError):  # the file, line and caret are in the error itself
+        lines += traceback.format_exception_only(exc)[:-1]
+    click.echo("".join(lines).rstrip("\n"), err=True)
+    sys.exit(2)
+
+
+def _not_users(filename: str) -> bool:
+    return filename.startswith("<frozen") or any(
+        filename.startswith(root) for root in _LIBRARY_ROOTS
+    )
+
+
+_LIBRARY_ROOTS = tuple(
+    os.path.dirname(m.__file__ or "") + os.sep for m in (click, importlib, conveyor)
+)
+
+
 def parse_queues(spec: str) -> tuple[list[str], tuple[int, ...]]:
     """`high,default,low` (strict order) or `high:5,default:3,low:1` (weights):
     the queue names and their weights (none for strict order)."""
-    names: list[str] = []
-    weights: list[int] = []
-    for item in spec.split(","):
-        name, colon, weight = item.strip().partition(":")
-        if not name:
-            raise click.BadParameter(f"an empty queue name in {spec!r}", param_hint="--queues")
-        if colon:
-            if not weight.isdigit() or int(weight) < 1:
-                raise click.BadParameter(
-                    f"queue {name!r}: the weight must be a whole number >= 1, not {weight!r}",
-                    param_hint="--queues",
-                )
-            weights.append(int(weight))
-        names.append(name)
-    if weights and len(weights) != len(names):
-        raise click.BadParameter(
-            f"give every queue a weight (high:5,default:3,low:1) or none (strict order): {spec!r}",
-            param_hint="--queues",
-        )
-    if len(set(names)) != len(names):
-        raise click.BadParameter(f"a queue is named twice in {spec!r}", param_hint="--queues")
-    return names, tuple(weights)
+    try:
+        return parse_queue_spec(spec)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint="--queues") from exc
 
 
 def tasks_of_queues(target: str, tasks: Tasks, names: list[str]) -> list[Tasks]:
@@ -80,12 +95,31 @@ def tasks_of_queues(target: str, tasks: Tasks, names: list[str]) -> list[Tasks]:
             found.setdefault(value.queue_name, value)
     missing = [n for n in names if n not in found]
     if missing:
+        variable = _fresh_name(missing[0], vars(module))
         raise click.BadParameter(
             f"no Tasks for queue(s) {missing} in module {module.__name__!r} (it has Tasks for "
-            f"{sorted(found)}): define e.g. `low = Tasks({missing[0]!r})` there",
+            f"{sorted(found)}): define e.g. `{variable} = Tasks({missing[0]!r})` there",
             param_hint="--queues",
         )
+    if tasks.queue_name not in names:
+        click.echo(
+            f"warning: {target} is the Tasks of queue {tasks.queue_name!r}, which --queues does "
+            f"not name: this worker does not serve {tasks.queue_name!r} (TARGET only locates "
+            f"the module; add it to --queues to serve it)",
+            err=True,
+        )
     return [found[n] for n in names]
+
+
+def _fresh_name(queue: str, taken: dict[str, Any]) -> str:
+    """A variable name for the Tasks of `queue` that the module does not use yet."""
+    stem = re.sub(r"\W", "_", queue).strip("_").lower() or "queue"
+    if stem[0].isdigit():
+        stem = f"q{stem}"
+    name, number = f"{stem}_tasks", 2
+    while name in taken or keyword.iskeyword(name):
+        name, number = f"{stem}_tasks{number}", number + 1
+    return name
 
 
 def _is_missing(exc: ImportError, module_name: str) -> bool:
@@ -155,7 +189,7 @@ def execution_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 # Async handlers share one event loop and mostly wait on I/O: 100 at once costs a
 # worker little and keeps Redis busy (at 10, about half the throughput on loopback and a
-# sixth across a 1 ms network: bench/README.md). A sync handler takes a thread (or a
+# sixth across a 1 ms network, in the benchmark). A sync handler takes a thread (or a
 # process) for its whole run, so its default stays at 10.
 ASYNC_CONCURRENCY, SYNC_CONCURRENCY = 100, 10
 
@@ -189,7 +223,7 @@ def execution_settings(concurrency: int | str, options: dict[str, Any]) -> dict[
     "--concurrency",
     type=CONCURRENCY,
     default=None,
-    help="Jobs at once, or 'auto': follow the CPU between --min and --max. "
+    help="Jobs at once, or 'auto': as many as raise throughput, between --min and --max. "
     "[default: 100 when every task is async (they wait on I/O on one loop), "
     "else 10 (sync handlers each take a thread or a process)]",
 )
@@ -217,6 +251,20 @@ def execution_settings(concurrency: int | str, options: dict[str, Any]) -> dict[
     help="Serve Prometheus metrics on this port (the prometheus extra).",
 )
 @click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="The address --metrics-port listens on: 0.0.0.0 (or ::) for a Prometheus on another host.",
+)
+@click.option(
+    "--wait-for-redis",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Exit (code 2) if Redis cannot be reached within SECONDS at start "
+    "[default: keep trying, saying so at WARNING].",
+)
+@click.option(
     "--metrics-history/--no-metrics-history",
     default=True,
     show_default=True,
@@ -233,6 +281,8 @@ def worker(
     queues: str | None,
     failures: bool,
     metrics_port: int | None,
+    metrics_host: str,
+    wait_for_redis: float | None,
     metrics_history: bool,
     **execution: Any,
 ) -> None:
@@ -253,19 +303,30 @@ def worker(
         **execution_settings(concurrency, execution),
         metrics=metrics_history,
         weights=weights,
+        wait_for_redis=wait_for_redis,
     )
     with ExitStack() as stack:
         resolved = redis_url(url or next((t.url for t in served if t.url), None), stack)
         hooks = []
         if metrics_port is not None:
-            hooks.append(metrics_endpoint(metrics_port, served, resolved, failures, stack))
+            hooks.append(
+                metrics_endpoint((metrics_host, metrics_port), served, resolved, failures, stack)
+            )
         run = Worker(served, url=resolved, settings=settings, hooks=hooks)
+        for hook in hooks:
+            hook.watch_concurrency(lambda: run.concurrency)
         for position, each in enumerate(served):
             share = f" (weight {weights[position]})" if weights else ""
             click.echo(
                 f"worker {run.id}: queue {each.queue_name!r}{share}, tasks {sorted(each.handlers)}"
             )
-        run.run_sync()
+        if not logging.getLogger("conveyor.jobs").isEnabledFor(logging.INFO):
+            click.echo(f"worker {run.id}: -v logs a line per job (failures are logged anyway)")
+        try:
+            run.run_sync()
+        except ConnectionLostError as exc:  # only with --wait-for-redis: else it keeps trying
+            click.echo(f"Error: {exc}", err=True)
+            sys.exit(2)
         click.echo(f"worker {run.id}: {run.processed} completed, {run.failed} failed")
     # A sync handler still running past the grace period was given back to the
     # queue; its thread cannot be cancelled, so end the process without joining it.
@@ -276,10 +337,10 @@ def worker(
 
 
 def metrics_endpoint(
-    port: int, served: list[Tasks], url: str, failures: bool, stack: ExitStack
-) -> Hook:
-    """Serve the worker's Prometheus metrics (and its queues') on `port`;
-    the hook that feeds them."""
+    where: tuple[str, int], served: list[Tasks], url: str, failures: bool, stack: ExitStack
+) -> PrometheusHook:
+    """Serve the worker's Prometheus metrics (and its queues') on `where`
+    (host, port); the hook that feeds them."""
     try:
         from conveyor.integrations.prometheus import worker_endpoint
     except ImportError as exc:
@@ -289,6 +350,13 @@ def metrics_endpoint(
     clients = [
         stack.enter_context(Queue(t.queue_name, url=url, settings=t.settings)) for t in served
     ]
-    hook = worker_endpoint(port, [q.failure_lane() if failures else q for q in clients])
-    click.echo(f"Prometheus metrics on http://0.0.0.0:{port}/metrics", err=True)
+    lanes = [q.failure_lane() if failures else q for q in clients]
+    host, port = where
+    tasks = {t.queue_name: sorted(t.handlers) for t in served}
+    try:
+        hook = worker_endpoint(port, lanes, addr=host, tasks=tasks)
+    except OSError as exc:  # a bad address, or the port taken
+        raise click.UsageError(f"--metrics-host/--metrics-port {host}:{port}: {exc}") from exc
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"Prometheus metrics on http://{shown}:{port}/metrics", err=True)
     return hook

@@ -3,10 +3,10 @@
     from conveyor.integrations.otel import TracingHook
     tasks = Tasks("emails", settings=QueueSettings(hooks=(TracingHook(),)))
 
-Producers then wrap each enqueue in a PRODUCER span `send <queue>`, whose
+Producers then wrap each enqueue in a PRODUCER span `send <queue> <task>`, whose
 context travels in the job record (the W3C `traceparent` / `tracestate`
 headers, docs/protocol.md §15), and workers wrap each run in a CONSUMER span
-`process <queue>`, a child of that producer span (and linked to it), current
+`process <queue> <task>`, a child of that producer span (and linked to it), current
 while the handler runs: its own spans nest under it. Attributes follow the
 messaging semantic conventions (messaging.system, messaging.operation.type /
 .name, messaging.destination.name, messaging.message.id, messaging.client.id)
@@ -35,6 +35,7 @@ SYSTEM = "conveyor"
 class TracingHook(Hook):
     def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
         self.tracer = trace.get_tracer("conveyor", tracer_provider=tracer_provider)
+        self._provider = tracer_provider
         self._lock = threading.Lock()  # producers may share the hook across threads
         self._sending: dict[str, trace.Span] = {}  # traceparent -> its producer span
         self._running: dict[int, tuple[trace.Span, Token[Context]]] = {}  # id(job) -> ...
@@ -43,7 +44,7 @@ class TracingHook(Hook):
 
     def before_enqueue(self, queue: str, task: str, data: Any, options: dict[str, Any]) -> None:
         span = self.tracer.start_span(
-            f"send {queue}",
+            f"send {queue} {task}",
             kind=SpanKind.PRODUCER,
             attributes={
                 "messaging.system": SYSTEM,
@@ -85,11 +86,20 @@ class TracingHook(Hook):
 
     # --- workers (on the event loop, in the runner's context) ------------------------------
 
+    def worker_stop(self, worker_id: str, queue: str) -> None:
+        """Export the spans a batch processor still holds: `conveyor worker` ends
+        its process without running atexit handlers (a sync handler's thread
+        cannot be joined), where the SDK would flush them."""
+        provider = self._provider or trace.get_tracer_provider()
+        flush = getattr(provider, "force_flush", None)
+        if callable(flush):
+            flush()
+
     def before_run(self, job: RunningJob) -> None:
         parent = propagate.extract(job.headers or {})
         sent = trace.get_current_span(parent).get_span_context()
         span = self.tracer.start_span(
-            f"process {job.queue}",
+            f"process {job.queue} {job.task}",
             context=parent,
             kind=SpanKind.CONSUMER,
             links=[Link(sent)] if sent.is_valid else None,

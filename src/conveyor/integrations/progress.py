@@ -11,6 +11,7 @@ from typing import TextIO
 from conveyor.client.sync import Queue
 
 FINISHED = ("completed", "failed")
+ADDED = ("created", "waiting_children")  # a flow's parent is added waiting for its children
 
 
 class ProgressBar:
@@ -63,15 +64,24 @@ def follow(
     after: str = "0-0",
     timeout: float = 600,
     alive: Callable[[], bool] = lambda: True,
+    count_new: bool = False,
 ) -> str:
     """Count finished jobs from the events stream until `bar.total` are done,
-    `timeout` passes, or `alive()` turns false; returns the last id read."""
+    `timeout` passes, or `alive()` turns false; returns the last id read.
+    With `count_new`, each job created meanwhile adds one to `bar.total`, and
+    a total of 0 waits for the first job rather than ending at once."""
     deadline = time.monotonic() + timeout
+
+    def unfinished() -> bool:
+        return bar.done < bar.total or (count_new and bar.total == 0)
+
     last_draw = 0.0
-    while bar.done < bar.total and time.monotonic() < deadline and alive():
+    while unfinished() and time.monotonic() < deadline and alive():
         for event in queue.events(after=after, block=1.0, count=5000):
             after = event.stream_id
             bar.counts[event.name] += 1
+            if count_new and event.name in ADDED:
+                bar.total += 1
         if time.monotonic() - last_draw > 0.1:
             bar.draw()
             last_draw = time.monotonic()

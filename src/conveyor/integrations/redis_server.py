@@ -237,6 +237,7 @@ class RedisProcess:
         self._appendfsync = appendfsync
         self._save = save
         self._extra_args = tuple(extra_args)
+        self._replicaof: int | None = None
         self._startup_timeout = startup_timeout
         self._has_started = False
         self._popen: subprocess.Popen[bytes] | None = None
@@ -296,8 +297,11 @@ class RedisProcess:
 
     # ----------------------------------------------------------------- lifecycle
 
-    def start(self) -> Self:
-        """Start the server and wait until it answers PING; raise RedisStartError if not."""
+    def start(self, *, replicaof: int | None = None) -> Self:
+        """Start the server and wait until it answers PING; raise RedisStartError if not.
+        `replicaof`: this start is a replica of the loopback server on that port (a dead
+        master restarted under Sentinel: never as an empty master a failover may promote)."""
+        self._replicaof = replicaof
         if self.running:
             raise RedisStartError(f"redis-server is already running (pid {self.pid})")
         self._forget()  # a previous process that died on its own
@@ -374,6 +378,8 @@ class RedisProcess:
         if self._unixsocket is not None:
             # Owner-only: the socket is the only thing guarding an unauthenticated server.
             args += ["--unixsocket", str(self._unixsocket), "--unixsocketperm", "700"]
+        if self._replicaof is not None:
+            args += ["--replicaof", _LOOPBACK, str(self._replicaof)]
         return [*args, *self._extra_args]
 
     def _spawn(self) -> None:

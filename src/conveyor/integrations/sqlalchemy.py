@@ -103,4 +103,3 @@ def _within(made_in: SessionTransaction, rolled_back: SessionTransaction) -> boo
             return True
         current = current.parent
     return False
-

@@ -62,7 +62,7 @@ class ClaimReply:
     now_ms: int
     next_due_ms: int | None
     jobs: list[ClaimedJob]
-    held: bool = False  # a suspect waits for a worker that runs nothing else
+    held: bool = False  # a suspect met was not leased (claim.lua ARGV[7])
 
 
 def claim(
@@ -75,14 +75,19 @@ def claim(
     promote: int,
     events_maxlen: int,
     alone: bool = True,
+    isolates: bool = False,
     compact: bool = True,
 ) -> Call:
-    """`alone`: the worker runs nothing now, so it may take a suspect (claim.lua).
+    """`alone`: the worker runs nothing now, so it may take a suspect, alone
+    (claim.lua). `isolates`: the worker runs a suspect isolated beside its
+    other jobs; `alone` then says it runs no suspect now, so the call may
+    lease one and goes on, else it steps over the suspects it meets.
     `compact`: ask for the compact reply; False sends the ARGV of a client
     that predates it and gets the full reply (decode either with the same
     `compact` given to decode_claim)."""
+    suspects = (2 if alone else 3) if isolates else flag(alone)
     args: tuple[Arg, ...] = (worker_id, count, lease_ms, token, promote, events_maxlen,
-                             flag(alone))  # fmt: skip
+                             suspects)  # fmt: skip
     return Call(
         "claim",
         (keys.base, keys.meta, keys.ready, keys.scheduled, keys.active, keys.marker,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conveyor.protocol.keys import QueueKeys
-from conveyor.protocol.ops import Arg, Call, JobSpec, text
+from conveyor.protocol.ops import Arg, Call, JobSpec, text, word
 
 # ARGV entries per node of flow_add: id, task, data, idx, opts, parent, on_fail, children.
 FLOW_ADD_ARITY = 8
@@ -56,9 +56,17 @@ def flow_add(keys: QueueKeys, nodes: Sequence[FlowNodeArgs], *, events_maxlen: i
     )  # fmt: skip
 
 
-def decode_flow_add(reply: Sequence[Any]) -> list[tuple[str, str]]:
-    """(outcome, state) per node: outcome created | exists | conflict."""
-    return [(text(reply[i]), text(reply[i + 1])) for i in range(0, len(reply), 2)]
+def decode_flow_add(reply: Sequence[Any], nodes: int) -> list[tuple[str, str]]:
+    """(outcome, state) per node of a call of `nodes` nodes: outcome created |
+    exists | conflict | deduplicated | skipped."""
+    return [(text(reply[i]), text(reply[i + 1])) for i in range(0, 2 * nodes, 2)]
+
+
+def decode_flow_standing(reply: Sequence[Any], nodes: int) -> dict[int, str]:
+    """Position in the call (0-based) -> the standing job's id, for each
+    deduplicated root (§16.3)."""
+    extra = reply[2 * nodes :]
+    return {int(extra[i]) - 1: text(extra[i + 1]) for i in range(0, len(extra), 2)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +115,9 @@ def flow_settle(keys: QueueKeys, hand_offs: Sequence[HandOff], *, events_maxlen:
 
 
 def decode_flow_settle(reply: Sequence[Any]) -> list[str]:
-    """Per hand-off: dup | recorded | released | failed."""
-    return [text(x) for x in reply]
+    """Per hand-off: dup | recorded | released | failed (its outbox mark,
+    a parent's own hand-off written to its queue's outbox, dropped)."""
+    return [word(x) for x in reply]
 
 
 def flow_attach(keys: QueueKeys, job_id: str, token: str, refs: Sequence[str]) -> Call:

@@ -25,6 +25,9 @@ def queue_registry(prefix: str) -> str:
     return f"{prefix}:queues"
 
 
+# What an operator may write to a worker's wake key (docs/protocol.md §8.3).
+WORKER_COMMANDS = ("quiet", "stop")
+
 # A queue's failure lane: the jobs of its failure handlers, in the same slot.
 FAILURE_LANE = "failures"
 
@@ -146,6 +149,10 @@ class QueueKeys:
         """Hash: run and wait time buckets per task, of one hour (§15)."""
         return self.base + "timings:" + str(hour)
 
+    def timing_max(self, hour: int) -> str:
+        """Hash: the largest run and wait time per task, of one hour (§15)."""
+        return self.base + "tmax:" + str(hour)
+
     @property
     def totals(self) -> str:
         """Hash: completed, failed, retried, stalled since the queue began (§15)."""
@@ -190,6 +197,11 @@ class QueueKeys:
     def cancelling(self, job_id: str) -> str:
         """Set: the pending children of a cancelled parent, still to be cancelled."""
         return self.base + "cancelling:" + job_id
+
+    @property
+    def audit(self) -> str:
+        """Stream: operators' actions on this queue, capped (docs/protocol.md §15)."""
+        return self.base + "audit"
 
     def wake(self, worker_id: str) -> str:
         """A worker's own wake-up zset, blocked on beside the marker, so it

@@ -58,6 +58,7 @@ class ReapReply:
     failed: int
     next_deadline_ms: int | None
     more: bool = False  # a bound was hit and work is left: reap again
+    sent: bool = False  # a final stall's flow hand-off went to the outbox: drain it
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,21 @@ def decode_complete(reply: Sequence[Any]) -> list[bool]:
 def handed_off(reply: Sequence[Any]) -> bool:
     """Whether a complete call left a flow hand-off in the outbox (a 2)."""
     return any(int(x) == 2 for x in reply)
+
+
+# A reply word ending in this was written by a call that also wrote to its
+# queue's outbox (`failed+`, `removed+`, `cancelled+`): drain it now (§14.5).
+OUTBOX_MARK = "+"
+
+
+def word(reply: Any) -> str:
+    """A reply word without its outbox mark."""
+    return text(reply).removesuffix(OUTBOX_MARK)
+
+
+def marked(reply: Any) -> bool:
+    """Whether a reply word carries the outbox mark."""
+    return text(reply).endswith(OUTBOX_MARK)
 
 
 def fail(keys: QueueKeys, items: Sequence[FailItem], *, events_maxlen: int) -> Call:
@@ -119,7 +135,13 @@ def decode_policy(reply: Sequence[Any]) -> int | None:
 
 
 def decode_fail(reply: Sequence[Any]) -> list[str]:
-    return [text(x) for x in reply]
+    """Per job: retried | delayed | failed | lost (see fail_handed_off)."""
+    return [word(x) for x in reply]
+
+
+def fail_handed_off(reply: Sequence[Any]) -> bool:
+    """Whether a fail call left a flow hand-off in the outbox (a `failed+`)."""
+    return any(marked(x) for x in reply)
 
 
 def release(
@@ -147,7 +169,10 @@ def reap(keys: QueueKeys, *, batch: int, events_maxlen: int) -> Call:
 
 
 def decode_reap(reply: Sequence[Any]) -> ReapReply:
-    return ReapReply(int(reply[0]), int(reply[1]), optional_ms(reply[2]), bool(int(reply[3])))
+    sent = len(reply) > 4 and bool(int(reply[4]))
+    return ReapReply(
+        int(reply[0]), int(reply[1]), optional_ms(reply[2]), bool(int(reply[3])), sent
+    )
 
 
 def heartbeat(
@@ -163,6 +188,15 @@ def heartbeat(
     for job_id, token in leases:
         args.extend((job_id, token))
     return Call("heartbeat", (keys.base, keys.active, keys.workers), tuple(args))
+
+
+def migrate(keys: QueueKeys, *, force: bool, cursor: int, count: int) -> Call:
+    """One batch of the version 3 -> 4 upgrade (migrate.lua)."""
+    return Call(
+        "migrate",
+        (keys.base, keys.meta, keys.workers, keys.groups, keys.gwait),
+        (1 if force else 0, cursor, count),
+    )
 
 
 def decode_heartbeat(reply: Sequence[Any]) -> list[str]:
@@ -321,3 +355,12 @@ def defer(
          keys.blocked),
         tuple(args),
     )  # fmt: skip
+
+
+def suspect(keys: QueueKeys, job_id: str, action: str, *, events_maxlen: int) -> Call:
+    """An operator's `release` or `fail` of a suspect (suspect.lua)."""
+    return Call(
+        "suspect",
+        (keys.base, keys.ready, keys.scheduled, keys.failed, keys.events, keys.marker),
+        (job_id, action, events_maxlen),
+    )

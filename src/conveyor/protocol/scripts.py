@@ -44,6 +44,8 @@ SCRIPT_NAMES = (
     "flow_attach",
     "flow_wait",
     "forget",
+    "suspect",
+    "migrate",
 )
 
 _INCLUDE = "-- @include "

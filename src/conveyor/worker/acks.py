@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from conveyor.client.core import QueueCore
 from conveyor.client.transport import AsyncRunner, raised, translated
-from conveyor.errors import ConnectionLostError
+from conveyor.errors import ConnectionLostError, UnreplicatedWriteError
 from conveyor.protocol import ops
 from conveyor.worker.execution import Deferred, Ended, Failure, Limited, Success
 
@@ -35,7 +35,7 @@ Outcome = tuple[str, str, Ended]  # id, token, outcome
 # Batches in flight at once when claims ride behind them over one ordered
 # connection and the round trip is long (claiming.SPLIT_AT): the jobs of one
 # turn of the slots run while the others' round trips are out. Three beat two
-# and four with 1 ms each way (bench/README.md, "A network"). Otherwise one.
+# and four with 1 ms each way (the benchmark's *_net scenarios). Otherwise one.
 TURNS = 3
 
 
@@ -73,7 +73,7 @@ class AckBuffer:
         self.runner = runner
         self.core = core
         self.on_written = on_written  # (job id, what happened)
-        # a completed flow child's hand-off waits in the outbox: carry it now
+        # a flow child's hand-off (completed or failed) waits in the outbox: carry it now
         self.on_handed_off = on_handed_off
         self._pending: list[Outcome] = []
         self._wake = asyncio.Event()
@@ -223,11 +223,18 @@ class AckBuffer:
         try:
             ride = self.rider(self.ahead) if self.rider and ahead else None
             if ride is None:
-                self._record(done, failed, limited, deferred, await self.runner.run_many(calls))
+                try:
+                    replies = await self.runner.run_many(calls)
+                except UnreplicatedWriteError as exc:
+                    replies = raised(_stood(exc, len(batch)))
+                self._record(done, failed, limited, deferred, replies)
                 self._ran |= scripts
                 return
             try:
-                results = await self.runner.run_many_settled([*calls, ride.call])
+                try:
+                    results = await self.runner.run_many_settled([*calls, ride.call])
+                except UnreplicatedWriteError as exc:
+                    results = _stood(exc, len(batch))
             except BaseException as exc:
                 ride.landed(exc)
                 raise
@@ -265,3 +272,20 @@ class AckBuffer:
         if failed:
             for item, what in zip(failed, ops.decode_fail(replies[-1]), strict=True):
                 self.on_written(item.id, what)
+            if self.on_handed_off is not None and ops.fail_handed_off(replies[-1]):
+                self.on_handed_off()
+
+
+def _stood(failure: UnreplicatedWriteError, jobs: int) -> list[Any]:
+    """The replies of outcomes the master applied though too few replicas
+    confirmed them (min_replicas): the write stood, and a re-send would only
+    be refused as a lease already ended."""
+    if failure.replies is None:
+        raise failure
+    log.warning(
+        "the outcomes of %d job(s) were written, but too few replicas confirmed them "
+        "(a failover now may lose them): %s",
+        jobs,
+        failure,
+    )
+    return failure.replies

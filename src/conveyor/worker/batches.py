@@ -8,7 +8,9 @@ A task's held jobs wait in its batch until `batch_size` are there or
 in order, and returns one entry per job: a result, or an exception instance
 that fails that job alone. Each job is then acknowledged, retried or failed
 on its own (its own retry policy); a handler that raises fails every job of
-the call. The earliest timeout of the batch's jobs is the call's.
+the call. The earliest timeout of the batch's jobs is the call's. Each job
+gets the hooks of a run (before_run, after_*) as a job run alone does, the
+call's duration its run time.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
@@ -23,6 +26,9 @@ from typing import Any
 from conveyor import serializers
 from conveyor.client.tasks import Task
 from conveyor.errors import JobTimeoutError, NotSerializableError
+from conveyor.hooks import Hooks
+from conveyor.hooks import call as call_hooks
+from conveyor.worker.context import batch_var, job_var
 from conveyor.worker.error_text import describe
 from conveyor.worker.execution import (
     NOTHING,
@@ -33,6 +39,7 @@ from conveyor.worker.execution import (
     aborted_failure,
     failure_of,
 )
+from conveyor.worker.outcome_hooks import after_run
 
 log = logging.getLogger("conveyor.worker")
 
@@ -42,9 +49,10 @@ Settle = Callable[[Running, Outcome], None]
 class Batches:
     """The open batch of each batch task, and the calls running."""
 
-    def __init__(self, executor: Executor, settle: Settle) -> None:
+    def __init__(self, executor: Executor, settle: Settle, hooks: Hooks) -> None:
         self._executor = executor
         self._settle = settle  # write one job's outcome and free its slot
+        self._hooks = hooks
         self._open: dict[str, list[Running]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._calls: set[asyncio.Task[None]] = set()
@@ -92,21 +100,40 @@ class Batches:
                 outcomes[i] = Failure(running.problem, True, None)
             elif not running.ctx.lost:
                 live.append(i)
+        hooks = self._hooks if self._hooks.on_run else None
+        told = [hooks is not None and not r.ctx.lost for r in batch]  # lost: never started
+        if hooks and hooks.before_run:
+            for running, tell in zip(batch, told, strict=True):
+                if tell:  # each job current while its hooks run, as when run alone
+                    job_var.set(running.ctx)
+                    call_hooks(hooks.before_run, running.ctx)
+            job_var.set(None)
+        started = time.perf_counter()
         try:
             if live:
                 results = await self._call(task, [batch[i] for i in live])
                 for i, outcome in zip(live, results, strict=True):
                     outcomes[i] = outcome
         finally:
-            for running, outcome in zip(batch, outcomes, strict=True):
+            duration = time.perf_counter() - started
+            for i, running in enumerate(batch):
+                outcome = outcomes[i]
                 if running.ctx.lost:
                     outcome = None
                 elif running.aborted:
                     outcome = aborted_failure()
+                if isinstance(outcome, Failure):  # the error on_retry / on_final_failure tell
+                    running.failure = outcome
+                if hooks and told[i]:
+                    job_var.set(running.ctx)
+                    after_run(hooks, running, outcome, duration)
                 self._settle(running, outcome)
+            job_var.set(None)
 
     async def _call(self, task: Task[Any, Any], runnings: list[Running]) -> list[Outcome]:
         """One call of the handler for these jobs; one outcome per job."""
+        job_var.set(None)  # this call's own context (a task of its own): no job is current
+        batch_var.set(task.name)
         data = [r.ctx.data for r in runnings]
         timeouts = [r.timeout for r in runnings if r.timeout is not None]
         timeout = min(timeouts) if timeouts else None
@@ -129,7 +156,7 @@ class Batches:
                 if timeout is not None and loop.time() - started > timeout:
                     raise TimeoutError
         except TimeoutError:
-            err = JobTimeoutError(f"the batch call timed out after {timeout} s")
+            err = JobTimeoutError(f"timed out after {timeout} s (the batch call)")
             return [Failure(describe(err), False, None, err)] * len(runnings)
         except Exception as exc:
             return [failure_of(exc)] * len(runnings)

@@ -27,6 +27,7 @@ import redis
 
 from conveyor.errors import ConveyorError
 from conveyor.protocol import ops
+from conveyor.protocol.keys import WORKER_COMMANDS as COMMANDS
 from conveyor.timeutil import to_ms
 from conveyor.worker.acks import TURNS, Ride
 from conveyor.worker.pool import log_failure
@@ -56,9 +57,9 @@ class ClaimLoop:
     _turns: Turns
     _blocker: Blocker
     _stopping: bool
+    _quiet: bool  # an operator asked it to stop claiming (obey)
     _slot_freed: asyncio.Event
     _wait_task: asyncio.Task[Any] | None
-    _suspect: str | None  # a job that stalled before, running here
     _slot_turns: int  # claims in flight at once (_turns_of_slots), set by _measure_turns
     _parked: bool  # the claim loop waits for slots (_wait_for_slots)
     _claiming: bool  # the claim loop waits for the reply of its own claim
@@ -66,14 +67,14 @@ class ClaimLoop:
     _riding: int  # the jobs they asked for: held already, as far as slots go
     _rode: deque[tuple[ops.ClaimReply, int]]  # the replies of rides, for the loop
     _auto: AutoConcurrency | None
+    _stepped_over: bool  # a claim left suspects ready since the last wake for them
     _largest: int
     _side_tasks: set[asyncio.Future[Any]]
 
     @property
     def _in_flight(self) -> int:
         """Leases held here (claimed, running or awaiting acknowledgement),
-        in all its queues: what claims are bounded by, and what `alone` and
-        idleness mean."""
+        in all its queues: what claims are bounded by, and what idleness means."""
         lanes = self._lanes
         if len(lanes) == 1:
             return lanes[0].jobs.holding + self._riding
@@ -138,8 +139,9 @@ class ClaimLoop:
         delay = 0.05
         woken: tuple[ops.ClaimReply, int] | None = None  # the claim that rode behind a wait
         while not self._stopping:
-            if self._suspect is not None:  # it runs alone: no claims beside it
-                await self._until_idle()
+            if self._quiet:  # run what it holds, claim nothing, until stopped
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
                 continue
             if woken is None and self._rode:
                 woken = self._rode.popleft()
@@ -162,7 +164,7 @@ class ClaimLoop:
                     reply = await self._claim(count)
                 else:
                     count = self._claim_count(free)
-                    reply = await self._turns.claim(count, self._claim, self._held_back)
+                    reply = await self._turns.claim(count, self._claim)
                 delay = 0.05
                 if self._auto is not None:
                     self._auto.saw(self._in_flight)
@@ -175,10 +177,9 @@ class ClaimLoop:
                 continue
             if self._back_to_top(reply, count):
                 continue
-            if reply.held and self._in_flight:
-                # a job whose worker died with it waits for a worker that runs
-                # nothing else: let ours end, then claim it alone
-                await self._until_idle()
+            if reply.held and not self._runs_suspect:
+                # it stepped over suspects for one of ours that has ended since it
+                # was sent (a claim riding behind a wait or an outcome): take one now
                 continue
             if self.settings.burst and self._drained(reply):
                 if any(lane.jobs.held for lane in self._lanes):
@@ -234,7 +235,7 @@ class ClaimLoop:
         flight), and Redis frees those first, so the claim counts them free
         and the worker never holds more than its concurrency. Up to a turn's
         share of the slots; at most TURNS claims in flight; only with one queue."""
-        if not (self._parked or self._claiming) or self._stopping or self._suspect is not None:
+        if not (self._parked or self._claiming) or self._stopping or self._quiet:
             return None
         if self._claims_out >= self._turns_of_slots:
             return None
@@ -271,13 +272,13 @@ class ClaimLoop:
     def _back_to_top(self, reply: ops.ClaimReply, count: int) -> bool:
         """After a claim that leased jobs: claim again (or wait for slots)
         from the loop's top, rather than block? Yes after a full claim (more
-        may be ready), beside a suspect, or short of slots. A claim that took
+        may be ready), or short of slots. A claim that took
         fewer than it asked took all that was claimable (claim.lua sets the
         marker otherwise), so the worker blocks at once: a job enqueued
         meanwhile finds it waiting, not one round trip away."""
         if not reply.jobs:
             return False
-        if len(reply.jobs) >= count or len(self._lanes) > 1 or self._suspect is not None:
+        if len(reply.jobs) >= count or len(self._lanes) > 1:
             return True
         capacity = self._capacity()
         return self._claimable(capacity) < self._low_water(capacity)
@@ -298,13 +299,6 @@ class ClaimLoop:
     def _capacity(self) -> int:
         """How many jobs (units of task size) may run here now."""
         return self.settings.concurrency if self._auto is None else self._auto.limit
-
-    async def _until_idle(self) -> None:
-        """Wait until no job runs here (or the worker stops)."""
-        while self._in_flight and not self._stopping:
-            self._slot_freed.clear()
-            await self._slot_freed.wait()
-        self._suspect = None
 
     async def _until_one_ends(self) -> None:
         """Wait until a job running here ends (or the worker stops)."""
@@ -330,8 +324,15 @@ class ClaimLoop:
             token=os.urandom(8).hex(),
             promote=self.settings.promote_batch,
             events_maxlen=core.settings.events_maxlen,
-            alone=not self._in_flight,
+            alone=not self._runs_suspect,
+            isolates=True,
         )
+
+    @property
+    def _runs_suspect(self) -> bool:
+        """A suspect is held here (suspects.py): claims step over the others,
+        so that a worker runs one at a time."""
+        return any(lane.jobs.suspects.ids for lane in self._lanes)
 
     async def _claim(self, count: int, lane: Lane | None = None) -> ops.ClaimReply:
         lane = lane or self._lanes[0]
@@ -350,23 +351,29 @@ class ClaimLoop:
             self._riding -= count
         return self._claimed(lane, call, raw)  # in the same step: no slot counted twice
 
-    def _held_back(self, reply: ops.ClaimReply) -> bool:
-        """A suspect waits for this worker to be idle: claim nothing beside it."""
-        return reply.held and self._in_flight > 0
-
     def _claimed(self, lane: Lane, call: ops.Call, raw: Any) -> ops.ClaimReply:
         """Take in the jobs a claim leased."""
         reply = ops.decode_claim(raw)
+        if reply.held:
+            self._stepped_over = True
         token = call.args[3]
         assert isinstance(token, str)
         jobs = lane.jobs
         for claimed in reply.jobs:
-            if claimed.stalls:
-                self._suspect = claimed.id  # claim.lua gave it to us alone
             jobs.accept(claimed, token, reply.now_ms)
             if claimed.schedule:
                 self._background(advance(lane.queue, claimed, reply.now_ms))
         return reply
+
+    def _suspect_done(self) -> None:
+        """A suspect held here ended: if claims stepped over others meanwhile,
+        end our blocking wait (our wake key, §8.3), so the next claim may take
+        one now rather than when a job is enqueued or idle_wait passes."""
+        if self._stepped_over and not self._stopping:
+            self._stepped_over = False
+            lane = self._lanes[0]
+            wake = lane.queue.core.keys.wake(self.id)
+            self._background(lane.queue.client.zadd(wake, {"suspect": 0}))
 
     def _background(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -427,12 +434,28 @@ class ClaimLoop:
 
     def _woken(self, lane: Lane, popped: Any) -> None:
         """What woke us: `abort=<id>` on our wake key is a client's abort
-        of a job we hold (abort.lua); anything else only ends the wait."""
+        of a job we hold (abort.lua), `quiet` and `stop` an operator's
+        command (obey); anything else only ends the wait."""
         if not popped or isinstance(popped, Exception):
             return
         member = ops.text(popped[1])
         if member.startswith("abort="):
             lane.jobs.abort([member.removeprefix("abort=")])
+        elif member in COMMANDS:
+            self.obey([member])
+
+    def obey(self, commands: list[str]) -> None:
+        """An operator's commands (Queue.quiet_worker / stop_worker), read from
+        our wake key by the wait or the heartbeat; each may arrive twice."""
+        if "stop" in commands and not self._stopping:
+            self.stop()
+        elif "quiet" in commands and not self._quiet:
+            log.info("worker %s quiet: it claims no more jobs (stop it to end it)", self.id)
+            self._quiet = True
+            self._slot_freed.set()
+
+    def stop(self) -> None:
+        raise NotImplementedError  # the Worker's
 
 
 class Rider:

@@ -161,12 +161,20 @@ def _fraction(done: float, total: float | None) -> float:
 
 _current: ContextVar[JobContext | None] = ContextVar("conveyor_current_job", default=None)
 job_var = _current  # set by the worker around each run (execution.py), without set_current's call
+# the task whose batch call runs here (worker/batches.py): no one job is current then
+batch_var: ContextVar[str | None] = ContextVar("conveyor_batch_task", default=None)
 
 
 def current_job() -> JobContext:
     """The job being run by the calling handler (sync or async)."""
     job = _current.get()
     if job is None:
+        batch = batch_var.get()
+        if batch is not None:
+            raise ConveyorError(
+                f"current_job() in the batch handler of {batch!r}: one call runs several "
+                "jobs, so none is current (each job's data is an entry of the list)"
+            )
         raise ConveyorError("current_job() called outside a running job")
     return job
 

@@ -10,8 +10,7 @@ for the executor's longest function), and it parses the frame's source line (`as
 The second cost is paid once per place in the code: a handler that fails again, as a retried
 one does while its dependency is down, fails at the same places, and their text comes from a
 bounded cache of frames keyed by everything the text is made of (the place, the frame's source
-lines, the formatting options), so a changed source line is formatted anew
-(docs/spark-rounds.md, "Round twelve").
+lines, the formatting options), so a changed source line is formatted anew.
 """
 
 from __future__ import annotations

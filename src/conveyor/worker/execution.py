@@ -56,6 +56,8 @@ class Running:
     extra: int = 0  # its task's size - 1: the capacity it takes beyond one slot
     # a process run's deadline, armed when a child takes the job (not while it waits for one)
     deadline: Deadline | None = None
+    lease_loss_told: bool = False  # on_lease_lost was called: the ack's "lost" is not a second
+    isolated: bool = False  # a suspect: it runs in a child of its own (suspects.py)
 
 
 class Processes(Protocol):
@@ -200,8 +202,9 @@ def aborted_failure() -> Failure:
 def _blocked_past(running: Running, took: float) -> Failure:
     """An async handler that finished without giving the loop back in time:
     it ran past its timeout, and the loop could not stop it."""
-    err = JobTimeoutError(
-        f"ran {took:.1f} s, past its timeout of {running.timeout} s, while blocking the event loop"
+    err = JobTimeoutError(  # protocol §8 step 5: the text starts as every timeout's does
+        f"timed out after {running.timeout} s (it ran {took:.1f} s while blocking the event "
+        "loop, which could not stop it)"
     )
     return Failure(describe(err), False, None, err)
 
@@ -301,7 +304,7 @@ def _start(
     assert handler is not None
     fn = handler.fn
     data = running.ctx.data
-    if handler.executor is None and handler.is_async:  # the common path: on the loop
+    if handler.executor is None and handler.is_async and not running.isolated:  # the common path
         coro = fn(data)
         if type(coro) is not types.CoroutineType:  # some other awaitable: awaited as it is
             return False, coro
@@ -310,7 +313,7 @@ def _start(
         except StopIteration as done:
             return True, done.value
         return False, _resume(coro, suspended_on)
-    if handler.executor == "process" or (
+    if running.isolated or handler.executor == "process" or (
         handler.executor is None and processes is not None and processes.runs_sync
     ):
         if processes is None:

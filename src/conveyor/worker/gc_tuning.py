@@ -5,8 +5,7 @@ once (contexts, coroutines, futures, decoded data), so at the interpreter's
 default threshold (a young collection every 700 new container objects) they
 outlive young collections, are promoted, and keep the older generations'
 collections busy: with 512 slots, about a tenth of the worker's CPU went to
-the collector (1,350 collections, 0.55-0.63 s, for 200,000 of the Spark demo's
-jobs; 0.06-0.08 s at 10,000: bench/ROUNDS.md, round two r15). A larger young
+the collector, and a tenth of that at a threshold of 10,000. A larger young
 threshold lets a job's objects die before a collection looks at them.
 Reference counting frees everything that is not a cycle either way; the
 threshold only sets how often cycles are looked for.

@@ -19,6 +19,7 @@ from conveyor.client.core import QueueCore
 from conveyor.client.transport import SyncRunner
 from conveyor.errors import ConveyorError
 from conveyor.protocol import ops
+from conveyor.protocol.keys import WORKER_COMMANDS
 
 log = logging.getLogger("conveyor.worker")
 
@@ -44,6 +45,8 @@ class Heartbeat(threading.Thread):
         reap_batch: int = 100,
         on_reaped: Callable[[int, int], None] | None = None,
         after_beat: Callable[[SyncRunner], None] | None = None,
+        on_handed_off: Callable[[], None] | None = None,
+        on_commands: Callable[[list[str]], None] | None = None,
     ) -> None:
         super().__init__(name=f"conveyor-heartbeat-{worker_id}", daemon=True)
         self.runner = runner
@@ -58,7 +61,12 @@ class Heartbeat(threading.Thread):
         self.reap_batch = reap_batch
         self.on_reaped = on_reaped  # (recovered, failed) by this worker's reaper
         self.after_beat = after_beat  # e.g. the metrics flush, on the beat's connection
+        self.on_handed_off = on_handed_off  # a final stall's flow hand-off is in the outbox
+        self.on_commands = on_commands  # an operator's quiet / stop (Worker.obey)
         self._stop = threading.Event()
+        # command reads left out by late beats (_maybe_read_commands); the first
+        # beat reads, opening the commands' connection while the cadence starts
+        self._skipped = 2
 
     def stop(self) -> None:
         self._stop.set()
@@ -70,6 +78,7 @@ class Heartbeat(threading.Thread):
             try:
                 self.beat()
                 self.reap()
+                self._maybe_read_commands(due)
                 if self.after_beat is not None:
                     self.after_beat(self.runner)
                 if failures:
@@ -121,6 +130,35 @@ class Heartbeat(threading.Thread):
         if lost:
             self.on_lost(lost)
 
+    def _maybe_read_commands(self, due: float) -> None:
+        """Read an operator's commands after the beat and its reap, unless the
+        beat is already late (a slow link): then at least every third beat, so
+        the round trip never costs the leases their cadence. A failed read (a
+        user without ZMSCORE) costs only the commands."""
+        if self.on_commands is None:
+            return
+        if time.monotonic() >= due + self.interval and self._skipped < 2:
+            self._skipped += 1
+            return
+        self._skipped = 0
+        self._read_commands_safely()
+
+    def _read_commands_safely(self) -> None:
+        assert self.on_commands is not None
+        try:
+            self.read_commands(self.on_commands)
+        except (ConveyorError, redis.RedisError) as exc:
+            log.warning("could not read an operator's commands for this worker: %s", exc)
+
+    def read_commands(self, obey: Callable[[list[str]], None]) -> None:
+        """An operator's commands on our wake key: a busy worker never pops
+        it (only an idle wait does), so each beat looks (docs/protocol.md §8.3)."""
+        key = self.core.keys.wake(self.worker_id)
+        scores = self.runner.client.zmscore(key, list(WORKER_COMMANDS))
+        found = [c for c, s in zip(WORKER_COMMANDS, scores, strict=True) if s is not None]
+        if found:
+            obey(found)
+
     def reap(self) -> None:
         """Reap, and again while a bound was hit and work is left (after a
         burst: thousands of expired records), for at most a quarter of the
@@ -140,6 +178,8 @@ class Heartbeat(threading.Thread):
                 )
                 if self.on_reaped is not None:
                     self.on_reaped(reply.recovered, reply.failed)
+            if reply.sent and self.on_handed_off is not None:
+                self.on_handed_off()
             if not reply.more or time.monotonic() >= until or self._stop.is_set():
                 return
 

@@ -36,6 +36,8 @@ class MetricsRecorder(Hook):
         # written on the event loop
         self._outcomes = [0, 0, 0]  # completed, failed, retried
         self._timings: Timings = {}
+        # task -> the largest run and wait time (µs) since the last flush, which sends them
+        self._largest: dict[str, list[int]] = {}
         # written on the heartbeat thread
         self._reaped = [0, 0]  # recovered, failed
         # what the flushes sent
@@ -47,11 +49,20 @@ class MetricsRecorder(Hook):
         # the wait is counted with the run's end: one hook call less per job
         counts = self._timings.get(job.task) or self._add_task(job.task)
         counts[bisect_left(BOUNDS, duration)] += 1
-        counts[RUN_SUM] += int(duration * 1e6)
+        run_us = int(duration * 1e6)
+        counts[RUN_SUM] += run_us
+        largest = self._largest.get(job.task)
+        if largest is None:
+            largest = self._largest[job.task] = [0, -1]
+        if run_us > largest[0]:
+            largest[0] = run_us
         waited = job.waited
         if waited is not None:
             counts[WAIT0 + bisect_left(BOUNDS, waited)] += 1
-            counts[WAIT_SUM] += int(waited * 1e6)
+            wait_us = int(waited * 1e6)
+            counts[WAIT_SUM] += wait_us
+            if wait_us > largest[1]:
+                largest[1] = wait_us
 
     def after_failure(
         self, job: RunningJob, exc: BaseException | None, *, error: str, duration: float
@@ -72,7 +83,7 @@ class MetricsRecorder(Hook):
     def on_retry(self, job: RunningJob, *, error: str) -> None:
         self._outcomes[2] += 1
 
-    def on_stalled(self, *, recovered: int, failed: int) -> None:  # heartbeat thread
+    def on_stalled(self, *, recovered: int, failed: int, queue: str) -> None:  # heartbeat thread
         self._reaped[0] += recovered
         self._reaped[1] += failed
 
@@ -85,10 +96,12 @@ class MetricsRecorder(Hook):
             # list() of a dict's items runs in C without releasing the GIL: safe
             # while the event loop adds a task
             timings = {task: list(counts) for task, counts in list(self._timings.items())}
+            # a run ending during the swap may miss this window's maximum: the count is exact
+            largest, self._largest = self._largest, {}
             sent_outcomes, sent_reaped, sent_timings = self._sent
             done, failed, retried = (a - b for a, b in zip(outcomes, sent_outcomes, strict=True))
             recovered, stalled_out = (a - b for a, b in zip(reaped, sent_reaped, strict=True))
-            fields = _fields(timings, sent_timings)
+            fields = _fields(timings, sent_timings) | _maxima(largest)
             if not (done or failed or retried or recovered or stalled_out or fields):
                 return
             call = observe.record_metrics(
@@ -100,8 +113,17 @@ class MetricsRecorder(Hook):
                 timings=fields,
                 retention_ms=metrics.RETENTION_MS,
             )
-            runner.run(call)
+            try:
+                runner.run(call)
+            except BaseException:
+                self._keep_largest(largest)  # for the next flush
+                raise
             self._sent = (outcomes, reaped, timings)
+
+    def _keep_largest(self, largest: dict[str, list[int]]) -> None:
+        for task, (run_us, wait_us) in largest.items():
+            now = self._largest.setdefault(task, [0, -1])
+            now[0], now[1] = max(now[0], run_us), max(now[1], wait_us)
 
 
 def _fields(timings: Timings, sent: Timings) -> dict[str, int]:
@@ -118,4 +140,15 @@ def _fields(timings: Timings, sent: Timings) -> dict[str, int]:
             grew = counts[first + SLOTS - 1] - before[first + SLOTS - 1]
             if grew > 0:
                 fields[f"{kind}s:{task}"] = grew
+    return fields
+
+
+def _maxima(largest: dict[str, list[int]]) -> dict[str, int]:
+    """The `max/<kind>:<task>` fields of docs/protocol.md §15: the largest run and
+    wait time (µs) of the window, which record_metrics keeps if larger than the hour's."""
+    fields = {}
+    for task, (run_us, wait_us) in largest.items():
+        fields[f"max/{metrics.RUN}:{task}"] = run_us
+        if wait_us >= 0:
+            fields[f"max/{metrics.WAIT}:{task}"] = wait_us
     return fields

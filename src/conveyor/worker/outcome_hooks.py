@@ -40,5 +40,7 @@ def tell_outcome(hooks: Hooks, running: Running, what: str) -> None:
         call_hooks(hooks.on_retry, ctx, error=error)
     elif what == "failed":
         call_hooks(hooks.on_final_failure, ctx, error=error)
-    elif what in ("lost", "unwritten"):  # unwritten: left to lease expiry
+    elif what in ("lost", "unwritten") and not running.lease_loss_told:
+        # unwritten: left to lease expiry; told once, whether the heartbeat saw it first or not
+        running.lease_loss_told = True
         call_hooks(hooks.on_lease_lost, ctx)

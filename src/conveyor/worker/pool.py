@@ -33,6 +33,7 @@ from conveyor.worker.batches import Batches
 from conveyor.worker.context import JobContext, job_var
 from conveyor.worker.execution import (
     Outcome,
+    Processes,
     Running,
     aborted_failure,
     execute,
@@ -43,6 +44,7 @@ from conveyor.worker.outcome_hooks import after_run, tell_outcome
 from conveyor.worker.policy import carried, policies, policy_call
 from conveyor.worker.processes import PoolSettings, ProcessPool, needs_processes
 from conveyor.worker.steps import WorkerFlows
+from conveyor.worker.suspects import SuspectLane
 from conveyor.worker.watchdog import LoopWatchdog
 from conveyor.worker.writes import HandlerWrites, log_failure
 
@@ -67,6 +69,7 @@ class JobPool:
         processes: PoolSettings | None = None,
         capacity: Callable[[], int] | None = None,
         on_handed_off: Callable[[], None] | None = None,
+        on_suspect_done: Callable[[], None] | None = None,
     ) -> None:
         self.held: dict[str, Running] = {}
         self.in_flight = 0  # accepted and not finished yet
@@ -102,7 +105,7 @@ class JobPool:
         self._acks = AckBuffer(queue.runner, queue.core, self._written, on_handed_off)
         self._executor = ThreadPoolExecutor(concurrency, thread_name_prefix="conveyor-job")
         self._loop = asyncio.get_running_loop()
-        self._flows = WorkerFlows(queue)
+        self._flows = WorkerFlows(queue, on_handed_off)
         writes = HandlerWrites(queue, self._loop, lease, self.held)
         self._progress = writes.progress  # bound once: every JobContext takes them
         self._job_log = writes.job_log
@@ -120,8 +123,9 @@ class JobPool:
             if needs_processes(handlers, processes)
             else None
         )
+        self.suspects = SuspectLane(processes, self._progress, on_suspect_done)
 
-        self._batches = Batches(self._executor, self._settle)
+        self._batches = Batches(self._executor, self._settle, hooks)
 
     async def open(self) -> None:
         """Start the child processes, if any handler runs in one."""
@@ -145,6 +149,7 @@ class JobPool:
         self._executor.shutdown(wait=False, cancel_futures=True)
         if self.processes is not None:
             await self.processes.close()
+        await self.suspects.close()
 
     @property
     def load(self) -> int:
@@ -182,6 +187,8 @@ class JobPool:
         running = self.held.pop(job_id, None)
         if running is not None:
             self._freed.set()
+            if self.suspects.ids:
+                self.suspects.let_go(job_id)
         return running
 
     # --- running ---------------------------------------------------------------------
@@ -234,6 +241,8 @@ class JobPool:
         timeout = timeout_ms / 1000 if timeout_ms is not None and timeout_ms > 0 else None
         running = Running(ctx, timeout, handler, problem)
         self.held[claimed.id] = running
+        if claimed.stalls:  # its worker died with it: it runs isolated (suspects.py)
+            self.suspects.hold(running, claimed.stalls)
         self.in_flight += 1
         if self.in_flight == 1:  # set only when none is in flight
             self._all_done.clear()
@@ -248,11 +257,21 @@ class JobPool:
         else:
             self._inbox.put(running)
 
+    async def _flow_parent(self, job_id: str) -> bool:
+        """A suspect with children reads them through its worker: it runs in
+        the worker (still the only suspect there), not in a child process."""
+        (fields,) = await self._queue.job_fields([job_id], "children")
+        if int(fields.get("children") or 0) == 0:
+            return False
+        log.warning("job %s: a suspect flow parent runs in the worker, not a child", job_id)
+        return True
+
     async def _run_jobs(self) -> None:
         """One runner: take jobs from the inbox and run them, one at a time."""
         inbox, waiting = self._inbox, self._inbox.jobs
         hooks, policy_calls, acks = self._hooks, self._policy_calls, self._acks
-        how = (self._executor, inbox.hand_on, self._watchdog.stalls, self.processes)
+        executor, hand_on, stalls = self._executor, inbox.hand_on, self._watchdog.stalls
+        processes, suspects = self.processes, self.suspects
         leave = self._quiet_runs
         while True:
             # a job that waits is taken at once: no coroutine call for inbox.get()
@@ -270,15 +289,18 @@ class JobPool:
                 if ctx.id in policy_calls:
                     job_var.set(None)
                     await self._apply_policy(running)
+                if running.isolated and await self._flow_parent(ctx.id):
+                    running.isolated = False  # a child process has no flow access (child.py)
                 if not ctx.lost:  # its lease may have gone while it waited
+                    procs: Processes | None = suspects if running.isolated else processes
                     if hooks.on_run:  # the hooks of a run, around execute() (not a coroutine more)
                         if hooks.before_run:
                             call_hooks(hooks.before_run, ctx)
                         started = time.perf_counter()
-                        outcome = await execute(running, *how, leave)
+                        outcome = await execute(running, executor, hand_on, stalls, procs, leave)
                         after_run(hooks, running, outcome, time.perf_counter() - started)
                     else:
-                        outcome = await execute(running, *how, leave)
+                        outcome = await execute(running, executor, hand_on, stalls, procs, leave)
                     if running.pending:  # progress writes first, or the ended run refuses them
                         job_var.set(None)
                         inbox.hand_on()
@@ -373,6 +395,8 @@ class JobPool:
         running = self.held.pop(job_id, None)  # self._drop, inline: once per job
         if running is not None:
             self._freed.set()
+            if self.suspects.ids:
+                self.suspects.let_go(job_id)
         if what == "completed":  # the common outcome first, its hooks without a layer
             if running is not None:
                 for method in self._hooks.on_completed:
@@ -399,6 +423,7 @@ class JobPool:
             running.ctx.lost = running.ctx.cancelled = True
             if running.scope is not None:
                 running.scope.reschedule(self._loop.time())
+            running.lease_loss_told = True
             call_hooks(self._hooks.on_lease_lost, running.ctx)
 
     def abort(self, ids: list[str]) -> None:

@@ -252,9 +252,15 @@ class ProcessPool:
     another child falls idle (so no job waits behind a long one)."""
 
     def __init__(
-        self, settings: PoolSettings, *, on_progress: Callable[[JobContext, float], None]
+        self,
+        settings: PoolSettings,
+        *,
+        on_progress: Callable[[JobContext, float], None],
+        deaths_stall: bool = False,
     ) -> None:
         self.settings = settings
+        # a child's death writes no outcome: the lease lapses and the reaper counts a stall
+        self._deaths_stall = deaths_stall
         self.runs_sync = settings.runs_sync
         self._on_progress = on_progress
         self._mp = _context()
@@ -292,6 +298,9 @@ class ProcessPool:
             assert child is not None
             await self._end(child, kill=True)  # reap it: its exit status says why
             err = ProcessDiedError(f"the child process running the job died: {child.how_it_died()}")
+            if self._deaths_stall:
+                log.warning("job %s: %s; it counts as a stall when its lease expires", ctx.id, err)
+                return None
             log.warning("job %s: %s", ctx.id, err)
             return Failure(f"{type(err).__name__}: {err}", False, None, err)
         except asyncio.CancelledError:

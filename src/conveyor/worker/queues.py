@@ -29,6 +29,7 @@ from conveyor.worker.courier import Courier
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.metrics import MetricsRecorder
 from conveyor.worker.pool import JobPool
+from conveyor.worker.roll_call import RollCall
 from conveyor.worker.waiting import Blocker
 
 log = logging.getLogger("conveyor.worker")
@@ -47,6 +48,7 @@ class Lane:
     recorder: MetricsRecorder | None
     sync_client: redis.Redis
     beat_wire: SyncWire | None
+    roll_call: RollCall
 
     def start(self) -> None:
         self.heartbeat.start()
@@ -69,6 +71,31 @@ class Lane:
         self.sync_client.close()
         if self.beat_wire is not None:
             self.beat_wire.close()
+
+
+def parse_queue_spec(spec: str) -> tuple[list[str], tuple[int, ...]]:
+    """`high,default,low` (strict order) or `high:5,default:3,low:1` (weights): the queue
+    names and their weights (none for strict order). ConfigurationError if malformed."""
+    names: list[str] = []
+    weights: list[int] = []
+    for item in spec.split(","):
+        name, colon, weight = item.strip().partition(":")
+        if not name:
+            raise ConfigurationError(f"an empty queue name in {spec!r}")
+        if colon:
+            if not weight.isdigit() or int(weight) < 1:
+                raise ConfigurationError(
+                    f"queue {name!r}: the weight must be a whole number >= 1, not {weight!r}"
+                )
+            weights.append(int(weight))
+        names.append(name)
+    if weights and len(weights) != len(names):
+        raise ConfigurationError(
+            f"give every queue a weight (high:5,default:3,low:1) or none (strict order): {spec!r}"
+        )
+    if len(set(names)) != len(names):
+        raise ConfigurationError(f"a queue is named twice in {spec!r}")
+    return names, tuple(weights)
 
 
 def check_queues(tasks: Sequence[Tasks], weights: Sequence[int], url: str) -> None:
@@ -95,7 +122,7 @@ def check_queues(tasks: Sequence[Tasks], weights: Sequence[int], url: str) -> No
             raise ConfigurationError(
                 f"queues {names} are in different slots of the Redis Cluster: one worker's "
                 "idle wait is one BZPOPMIN, whose keys must share a slot. Run one worker per "
-                "queue, or name the queues so their hash tags share a slot"
+                "queue on a Cluster"
             )
 
 
@@ -159,12 +186,10 @@ class Turns:
         self,
         count: int,
         claim: Callable[[int, Lane], Awaitable[ops.ClaimReply]],
-        held_back: Callable[[ops.ClaimReply], bool],
     ) -> ops.ClaimReply:
         """Claim from the first queue, in this turn's order, that has jobs
         (one claim call per queue tried: an empty queue ahead in the order
-        costs one call per batch). A reply `held_back` (a suspect waits for
-        the worker to be idle) stops the turn: no later queue is claimed."""
+        costs one call per batch)."""
         turn = self._order.turn()
         woken, self._woken_by = self._woken_by, None
         empty: list[ops.ClaimReply] = []
@@ -172,7 +197,7 @@ class Turns:
             reply = await claim(count, self._lanes[index])
             if reply.jobs:
                 self._order.claimed(index, len(reply.jobs), turn[:tried])
-            elif not held_back(reply):
+            else:
                 empty.append(reply)
                 continue
             if woken is not None and woken not in turn[: tried + 1]:

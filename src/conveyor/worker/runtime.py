@@ -8,8 +8,8 @@ courier each, one claim loop and one idle wait for all.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
+import math
 import os
 import random
 import signal
@@ -24,16 +24,17 @@ import redis
 import redis.asyncio
 
 from conveyor.client.aio import AsyncQueue
-from conveyor.client.connection import SOCKET_TIMEOUT, resolve_url, wire_endpoint
+from conveyor.client.connection import SOCKET_TIMEOUT, resolve_url, shown_url, wire_endpoint
 from conveyor.client.pipelines import PIPELINE_TASK
 from conveyor.client.sync import connect as connect_sync
 from conveyor.client.tasks import Task, Tasks
 from conveyor.client.transport import SyncRunner
 from conveyor.client.wire import SyncWire
-from conveyor.errors import ConfigurationError, ConnectionLostError
+from conveyor.errors import ConfigurationError, ConnectionLostError, ProtocolVersionError
 from conveyor.hooks import Hook, Hooks
 from conveyor.hooks import call as call_hooks
 from conveyor.protocol import ops
+from conveyor.protocol.keys import PROTOCOL_VERSION
 from conveyor.timeutil import to_ms
 from conveyor.worker import job_lines
 from conveyor.worker.claiming import ClaimLoop, Rider
@@ -45,7 +46,9 @@ from conveyor.worker.pipelines import drive_pipeline
 from conveyor.worker.pool import JobPool, log_failure
 from conveyor.worker.processes import PoolSettings
 from conveyor.worker.queues import Lane, Turns, check_queues
+from conveyor.worker.roll_call import RollCall
 from conveyor.worker.tuning import AutoConcurrency, Controller
+from conveyor.worker.usage import Usage, process_usage
 from conveyor.worker.waiting import Blocker
 
 log = logging.getLogger("conveyor.worker")
@@ -71,7 +74,7 @@ class WorkerSettings:
     max_tasks_per_child: int | None = None  # recycle a child after this many jobs
     max_memory_per_child: int | None = None  # bytes: recycle after a job took its RSS past it
 
-    # --concurrency auto (worker/tuning.py): the limit follows the CPU, from
+    # --concurrency auto (worker/tuning.py): the limit follows throughput, from
     # min_concurrency up to max_concurrency (default: the larger of
     # `concurrency` and 4 per CPU)
     auto_concurrency: bool = False
@@ -83,6 +86,9 @@ class WorkerSettings:
     # while it runs, Python's young collections wait for this many new objects
     # (the interpreter's default is 700; None leaves it alone): worker/gc_tuning.py
     gc_threshold: int | None = 10_000
+    # Redis unreachable at start: retry for ever (None: right for a fleet), or
+    # give up with ConnectionLostError after this many seconds
+    wait_for_redis: float | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -99,6 +105,8 @@ class WorkerSettings:
             raise ConfigurationError(f"queue weights must be whole numbers >= 1: {self.weights}")
         if self.lease < 0.2:
             raise ConfigurationError("lease must be at least 0.2 s")
+        if self.wait_for_redis is not None and not self.wait_for_redis > 0:
+            raise ConfigurationError("wait_for_redis must be > 0 s")
 
     @property
     def most_concurrency(self) -> int:
@@ -136,11 +144,13 @@ class Worker(ClaimLoop):
         self._lanes: list[Lane] = []
         self._jobs: JobPool | None = None  # the first (or only) queue's, as tests read it
         self._stopping = False
+        self._stepped_over = False  # claims left suspects ready (claiming.py)
+        self._quiet = False
+        self._usage = Usage()
         self._hard_stop = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._wait_task: asyncio.Task[Any] | None = None
         self._wake_task: asyncio.Future[None] | None = None
-        self._suspect: str | None = None  # a job that stalled before, running here
         self._parked = False  # the claim loop waits for slots (_wait_for_slots)
         self._slot_turns = 1  # claims in flight at once (ClaimLoop._measure_turns)
         self._claiming = False  # the claim loop waits for its own claim's reply
@@ -153,6 +163,11 @@ class Worker(ClaimLoop):
         self._side_tasks: set[asyncio.Future[Any]] = set()
 
     # --- public ----------------------------------------------------------------
+
+    @property
+    def concurrency(self) -> int:
+        """The most jobs it may run at once now (`--concurrency auto` moves it)."""
+        return self._capacity()
 
     @property
     def processed(self) -> int:
@@ -247,6 +262,7 @@ class Worker(ClaimLoop):
                 interval=self.settings.beat_every,
             )  # fmt: skip
         handlers = self._handlers(tasks)
+        self._say_batches_stay(queue.name, handlers)
         jobs = JobPool(
             queue,
             worker_id=self.id,
@@ -258,15 +274,32 @@ class Worker(ClaimLoop):
             processes=self._pool_settings(),
             capacity=self._capacity if len(self.queues) == 1 else self._capacity_beside(queue.name),
             on_handed_off=None if courier is None else courier.nudge,
+            on_suspect_done=self._suspect_done,
         )
         beat_wire = None if endpoint is None else SyncWire(endpoint)
         beat_runner = SyncRunner(sync_client, queue.core.scripts, beat_wire)
         named = sorted(n for n in handlers if n != PIPELINE_TASK)
-        heartbeat = self._heartbeat(beat_runner, queue, named, hooks, jobs, recorder)
+        roll_call = RollCall(
+            lambda: self._info(queue.name, named, jobs), queue.core.keys.worker(self.id)
+        )
+        heartbeat = self._heartbeat(beat_runner, queue, roll_call, hooks, jobs, recorder, courier)
         return Lane(
             tasks=tasks, queue=queue, jobs=jobs, hooks=hooks, heartbeat=heartbeat, courier=courier,
-            recorder=recorder, sync_client=sync_client, beat_wire=beat_wire,
+            recorder=recorder, sync_client=sync_client, beat_wire=beat_wire, roll_call=roll_call,
         )  # fmt: skip
+
+    def _say_batches_stay(self, queue: str, handlers: dict[str, Task[Any, Any]]) -> None:
+        """Sync batch tasks run in threads whatever the worker's executor: a
+        batch call is not one job that a child could run and be killed for."""
+        if self.settings.executor != "process":
+            return
+        names = sorted(n for n, t in handlers.items() if t.batch_size and not t.is_async)
+        if names:
+            log.warning(
+                "queue %r: batch task(s) %s run in the worker's threads "
+                "(--executor process does not apply to batch tasks)",
+                queue, ", ".join(repr(n) for n in names),
+            )  # fmt: skip
 
     def _capacity_beside(self, name: str) -> Callable[[], int]:
         """Several queues: the capacity a queue's pool may fill, the worker's
@@ -299,18 +332,41 @@ class Worker(ClaimLoop):
         )
 
     async def _connect(self, queue: AsyncQueue, tasks: Tasks) -> None:
-        delay = 0.1
+        """Check the server and register; while Redis cannot be reached, retry
+        (backing off to 5 s) and say so: at once, then every 30 s; give up
+        after `wait_for_redis` s when set."""
+        delay, began, said = 0.1, time.monotonic(), -math.inf
+        limit = self.settings.wait_for_redis
         while True:
             try:
                 await queue.check()
                 await self._register_failure_tasks(queue, tasks)
+                if said > -math.inf:
+                    log.warning("reached Redis at %s", shown_url(self.url))
                 return
+            except ProtocolVersionError as exc:
+                # an older queue may be being migrated (§10): start once it is ours
+                if self._stopping or not exc.found.isdigit() or int(exc.found) > PROTOCOL_VERSION:
+                    raise
+                log.warning("%s; waiting %.1f s", exc, delay)
             except ConnectionLostError as exc:
+                waited = time.monotonic() - began
                 if self._stopping:
                     raise
-                log.warning("Redis unavailable (%s); retrying in %.1f s", exc, delay)
-                await asyncio.sleep(delay * (1 + random.random()))
-                delay = min(delay * 2, 5.0)
+                if limit is not None and waited >= limit:
+                    detail = str(exc).removeprefix("cannot reach Redis: ")
+                    raise ConnectionLostError(
+                        f"cannot reach Redis at {shown_url(self.url)} within {limit:g} s: {detail}"
+                    ) from exc
+                if waited - said >= 30:
+                    said = waited
+                    log.warning(
+                        "cannot reach Redis at %s (%s): the worker keeps trying %s",
+                        shown_url(self.url), exc,
+                        "until it answers" if limit is None else f"for {limit:g} s",
+                    )  # fmt: skip
+            await asyncio.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 5.0)
 
     async def _register_failure_tasks(self, queue: AsyncQueue, tasks: Tasks) -> None:
         """Tell the scripts which tasks have a failure handler (see finish.lua)."""
@@ -330,10 +386,11 @@ class Worker(ClaimLoop):
         self,
         runner: SyncRunner,
         queue: AsyncQueue,
-        handlers: list[str],
+        roll_call: RollCall,
         hooks: Hooks,
         jobs: JobPool,
         recorder: MetricsRecorder | None,
+        courier: Courier | None,
     ) -> Heartbeat:
         loop = asyncio.get_running_loop()
         stalled = hooks.on_stalled
@@ -343,33 +400,41 @@ class Worker(ClaimLoop):
             worker_id=self.id,
             lease_ms=to_ms(self.settings.lease),
             interval=self.settings.beat_every,
-            info=lambda: self._info(queue.name, handlers, jobs),
+            info=roll_call.for_beat,
             leases=jobs.leases,
             on_lost=lambda ids: _call_soon(loop, jobs.lose, ids),
             on_aborted=lambda ids: _call_soon(loop, jobs.abort, ids),
             on_reaped=(
-                (lambda r, f: call_hooks(stalled, recovered=r, failed=f)) if stalled else None
+                (lambda r, f: call_hooks(stalled, recovered=r, failed=f, queue=queue.name))
+                if stalled
+                else None
             ),
             after_beat=None if recorder is None else recorder.flush,
+            on_handed_off=None if courier is None else courier.nudge,  # a final stall's hand-off
+            on_commands=lambda commands: _call_soon(loop, self.obey, commands),
         )
 
-    def _info(self, queue: str, handlers: list[str], jobs: JobPool) -> str:
-        info = {
+    def _info(self, queue: str, handlers: list[str], jobs: JobPool) -> dict[str, Any]:
+        """This worker's entry in a queue's roll call (protocol §8.1; the beat adds beat_at)."""
+        info: dict[str, Any] = {
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "queue": queue,
             "concurrency": self._capacity(),  # shared by all its queues
             "started_at": self._started,
-            "beat_at": time.time(),  # this heartbeat's, for the roll call's readers
             "tasks": handlers,
             "failures": self.settings.failures,
             "running": jobs.holding,  # of this queue
             "processed": jobs.processed,
             "failed": jobs.failed,
+            "quiet": self._quiet,
+            **process_usage(self._usage),
         }
+        if jobs.suspects.ids:  # held here, run in a child of their own (suspects.py)
+            info["suspects"] = sorted(jobs.suspects.ids)
         if len(self.queues) > 1:
             info["queues"] = [t.queue_name for t in self.queues]
-        return json.dumps(info)
+        return info
 
     def _install_signals(self, loop: asyncio.AbstractEventLoop) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -391,15 +456,16 @@ class Worker(ClaimLoop):
         for lane in self._lanes:
             await lane.jobs.open()
             lane.jobs.start(self._died)
-        tuner = None
+        side = [asyncio.create_task(lane.roll_call.run(lane.queue.client)) for lane in self._lanes]
         if self._auto is not None:
-            tuner = asyncio.create_task(self._auto.run())
-            tuner.add_done_callback(log_failure)
+            side.append(asyncio.create_task(self._auto.run()))
+        for task in side:
+            task.add_done_callback(log_failure)
         try:
             await self._claim_loop()
         finally:
-            if tuner is not None:
-                tuner.cancel()
+            for task in side:
+                task.cancel()
         grace, hard_stop = self.settings.grace, self._hard_stop
         await asyncio.gather(
             *(lane.jobs.shut_down(grace=grace, hard_stop=hard_stop) for lane in self._lanes)

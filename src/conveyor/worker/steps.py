@@ -4,7 +4,7 @@ itself and gives up its slot until they have settled (docs/protocol.md §14.10).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from conveyor.client.aio import AsyncQueue
 from conveyor.client.flows import ChildrenResults, FlowEnqueued, FlowJob, FlowPlan
@@ -20,8 +20,9 @@ class LeaseLostError(ConveyorError):
 class WorkerFlows:
     """FlowAccess for the jobs of one worker's queue."""
 
-    def __init__(self, queue: AsyncQueue) -> None:
+    def __init__(self, queue: AsyncQueue, on_handed_off: Callable[[], None] | None = None) -> None:
         self.queue = queue
+        self.on_handed_off = on_handed_off  # a failed wait's hand-off is in the outbox
 
     async def children(self, ctx: JobContext) -> ChildrenResults:
         return await self.queue.children_results(ctx.id)
@@ -50,4 +51,7 @@ class WorkerFlows:
         call = flows.flow_wait(
             core.keys, ctx.id, ctx.token, events_maxlen=core.settings.events_maxlen
         )
-        return ops.text(await self.queue.runner.run(call))
+        reply = await self.queue.runner.run(call)
+        if ops.marked(reply) and self.on_handed_off is not None:
+            self.on_handed_off()
+        return ops.word(reply)

@@ -1,41 +1,32 @@
-"""`--concurrency auto`: how many jobs a worker runs at once, from its CPU.
+"""`--concurrency auto`: how many jobs a worker runs at once, aimed at throughput.
 
-A feedback controller, after Temporal's resource-based slot tuner: every
-`tick` it reads the host's CPU use and the share of it that this worker and
-its child processes take, and moves the limit between `low` and `high`:
+A feedback controller (after Temporal's resource-based slot tuner, but aimed
+at completions rather than a CPU percentage). Every `tick` it reads the
+host's CPU use, the share of it that this worker and its child processes
+take, how many jobs ran and how many ended, and moves the limit between
+`low` and `high`. It moves only while every slot is used (work waits):
 
-- up, when a reading warrants it: only when the worker used all its slots
-  (there is work to take), when the CPU is under `target - band`, and when
-  the host's CPU with one job more (at the cost of one of this worker's
-  jobs: its own use per running job, which does not move when the limit
-  does) stays under the target. Until its first fall it starts fast: every
-  such tick it grants the jobs that fit under the target at their cost, but
-  never more than doubles (a worker with short I/O jobs reaches its maximum
-  in a few seconds, not one slot a second). After a fall it is careful: one
-  slot at most every `confirm` ticks, each rise warranted that many ticks in
-  a row (a bounded grant rate);
-- down, when the CPU is over `target + band`, by the jobs over the target at
-  their cost (one at least, a fifth of the limit at most), then no move for
-  `cooldown` ticks: the jobs already claimed run on, so the CPU falls only
-  later, and falling again at once would overshoot (64 slots fell to 4 in
-  six seconds on a CPU/IO mix before);
-- between the band's low edge and `ceiling` (the host nearly saturated), it
-  probes, when it counts completions: every slot used and the completions
-  at this limit counted for `settle` ticks, it grants a tenth more slots (one
-  at least) and keeps them only if, over `settle` ticks at the new limit, the
-  completion rate rose by at least `payoff` of the share of slots added
-  (slots that bring work to a CPU with room to spare pay); else it gives
-  them back and does not probe for `patience` ticks. While its last probe
-  paid, a host over the band is its own doing and no reason to fall, unless
-  the others' share of the host (the host's use less its own) has grown by
-  more than the band since: then it falls as above. A CPU target of 90% alone left a tenth
-  of the host idle where more slots still raised throughput (a CPU/IO mix
-  held 53 slots at 88% of the host, 0.78 of the best fixed concurrency);
-- else it holds. The dead band, the cooldown after a fall and a probe's
-  bounded, checked step keep it from oscillating around the target; the CPU
-  readings are smoothed (an exponential average) so one noisy tick moves nothing.
+- up while the cores have room: the room left under `full`, or, for jobs
+  that hardly use the CPU, what stays under `band` of the host with their
+  own share, worth half a job at its cost at least (this worker's CPU per
+  running job, which does not move with the limit). Until its first step
+  down it starts fast: it grants the jobs that fit at their cost, never more
+  than doubling (short I/O jobs reach the maximum in a few seconds); after
+  one, a slot every `confirm` ticks. CPU-bound jobs stop at about one per
+  free core; I/O-bound ones climb on, whoever else keeps the host busy;
+- by probes, when the cores are full or the room is under half a job: with
+  the completions at this limit counted for `settle` ticks, it moves a tenth
+  of the slots (one at least) and keeps the move only if it paid. Up pays
+  when the completion rate rose by `payoff` of the share of slots added;
+  down pays when it fell by less than `payoff` of the share taken away
+  (slots that bring nothing only add latency and memory). A move that does
+  not pay is undone, and the next probe, the other way, waits `patience`
+  ticks; one that pays is tried again the same way. After a step down that
+  paid, no rise for `cooldown` ticks.
 
-`Controller` is pure (tested on recorded inputs); `CpuProbe` reads psutil.
+The CPU readings are smoothed (an exponential average) so one noisy tick
+moves nothing; probes judge rates over several ticks. `Controller` is pure
+(tested on recorded and simulated inputs); `CpuProbe` reads psutil.
 """
 
 from __future__ import annotations
@@ -43,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -62,34 +52,32 @@ class Reading:
 class Controller:
     low: int
     high: int
-    target: float = 0.9  # of the host's CPU; Temporal's tuner leaves the choice, up to 1.0
-    band: float = 0.05
-    cooldown: int = 4  # ticks without a rise after a fall
+    full: float = 0.95  # the host's CPU at which its cores count as full
+    band: float = 0.05  # of the host: what jobs that hardly use the CPU may take whatever it reads
+    cooldown: int = 4  # ticks without a rise after a step down that paid
     smoothing: float = 0.5  # weight of the newest reading
-    limit: int = field(init=False)
-    _host: float | None = field(default=None, init=False)
-    _cost: float | None = field(default=None, init=False)  # host CPU per running job
-    _quiet: int = field(default=0, init=False)
-    _ready: int = field(default=0, init=False)  # ticks in a row a rise was warranted
-    _fell: bool = field(default=False, init=False)  # it fell once: careful steps from then on
-    confirm: int = 2  # ticks in a row a rise must be warranted (after the first fall)
-    ceiling: float = 0.98  # the host's CPU a probe may not take it past
-    probe_step: float = 0.1  # a probe's share of more slots
-    payoff: float = 0.4  # of the share of slots added, the share of completions it must add
+    confirm: int = 2  # ticks in a row a rise must be warranted (after the first step down)
+    probe_step: float = 0.1  # a probe's share of slots moved
+    payoff: float = 0.25  # of the share of slots moved, the share of completions that must move
     settle: int = 2  # ticks of completions counted at a limit (the first one after a move left out)
     patience: int = 20  # ticks without a probe after one that did not pay
+    limit: int = field(init=False)
+    _host: float | None = field(default=None, init=False)
+    _own: float | None = field(default=None, init=False)
+    _cost: float | None = field(default=None, init=False)  # own CPU per running job
+    _quiet: int = field(default=0, init=False)
+    _ready: int = field(default=0, init=False)  # ticks in a row a rise was warranted
+    _fell: bool = field(default=False, init=False)  # it stepped down once: careful rises from then
     _counts: list[int] = field(default_factory=list, init=False)  # completions per tick at limit
     _probe: tuple[int, float] | None = field(default=None, init=False)  # limit, rate before it
-    _paid: bool = field(default=False, init=False)  # the last probe paid: the load is ours
+    _down: bool = field(default=False, init=False)  # the next probe's way
     _wait: int = field(default=0, init=False)  # ticks left without a probe
-    _own: float | None = field(default=None, init=False)  # the smoothed own share
-    _others: float = field(default=0.0, init=False)  # others' share when the last probe paid
 
     def __post_init__(self) -> None:
         if not 1 <= self.low <= self.high:
             raise ValueError("need 1 <= low <= high")
-        if not self.target <= self.ceiling <= 1.0:
-            raise ValueError("need target <= ceiling <= 1")
+        if not 0 < self.full <= 1.0:
+            raise ValueError("need 0 < full <= 1")
         self.limit = self.low
 
     def step(self, reading: Reading) -> int:
@@ -101,114 +89,97 @@ class Controller:
         elif reading.completed is not None:
             self._counts.append(reading.completed)
         self._wait = max(0, self._wait - 1)
+        self._quiet = max(0, self._quiet - 1)
         return limit
 
     def _step(self, reading: Reading) -> int:
-        host = self._host = self._average(self._host, reading.host)
-        own = self._own = self._average(self._own, reading.own)
+        self._host = self._average(self._host, reading.host)
+        self._own = self._average(self._own, reading.own)
         if reading.running:  # the cost of a job does not change with the limit: no lag
             self._cost = self._average(self._cost, reading.own / reading.running)
-        # the load over the band is this worker's doing: a probe runs, or the last one paid
-        # and the others' share of the host has not grown since
-        others = host - own
-        ours = self._probe is not None or (self._paid and others <= self._others + self.band)
-        if self._probe is not None and host > self.ceiling:
-            self._give_back()  # a probe too far: back to where it started
-        elif (
-            host > self.target + self.band
-            and not ours
-            and self.limit > self.low
-            and not self._quiet
-        ):
-            self.limit = max(self.low, self.limit - self._fall(host))
-            self._quiet = self.cooldown + 1
-            self._fell = True
-            self._paid = False
-        elif self._probe is not None:
+        if self._probe is not None:
             self._judge_probe(reading)
-        elif self._may_rise(host, reading):
+        elif self._may_rise(reading):
             self._ready += 1
             if not self._fell:
-                self.limit = min(self.high, self.limit + self._start_step(host, reading))
+                self.limit = min(self.high, self.limit + self._start_step(reading))
                 self._ready = 0
             elif self._ready >= self.confirm:
                 self.limit += 1
                 self._ready = 0
-        elif self._may_probe(host, reading):
-            rate = sum(self._counts[1:]) / (len(self._counts) - 1)
-            self._probe = (self.limit, rate)
-            self.limit = min(self.high, self.limit + max(1, round(self.limit * self.probe_step)))
-            self._ready = 0
+        elif self._may_probe(reading):
+            self._start_probe()
         else:
             self._ready = 0
-        self._quiet = max(0, self._quiet - 1)
         return self.limit
 
-    def _may_probe(self, host: float, reading: Reading) -> bool:
-        """Work waits, the host is not saturated, and the completions at this
-        limit are counted (`settle` ticks past the first)."""
+    def _budget(self, reading: Reading) -> float:
+        """The CPU that more jobs may take: the host's room under `full` (by
+        the smoothed and the latest reading), or, when this worker's own share
+        is under `band`, what stays under it (jobs that hardly use the CPU)."""
+        room = self.full - max(self._host or 0.0, reading.host)
+        return max(room, self.band - (self._own or 0.0))
+
+    def _may_rise(self, reading: Reading) -> bool:
+        """Work waits (every slot was used) and the budget is worth half a job
+        at its cost at least."""
+        if self.limit >= self.high or self._quiet or reading.running < self.limit:
+            return False
+        return self._budget(reading) >= (self._cost or 0.0) / 2
+
+    def _start_step(self, reading: Reading) -> int:
+        """The jobs that fit the budget at their cost (one at least), but no
+        more than the limit: it doubles at most."""
+        if not self._cost:
+            return self.limit
+        return max(1, min(self.limit, round(self._budget(reading) / self._cost)))
+
+    def _may_probe(self, reading: Reading) -> bool:
+        """Work waits, there is room to move, and the completions at this limit
+        are counted (`settle` ticks past the first)."""
+        edge = self.low if self._down else self.high
         return (
-            self.limit < self.high
-            and not self._quiet
+            self.limit != edge
             and not self._wait
+            and not (self._quiet and not self._down)
             and reading.running >= self.limit
-            and host < self.ceiling
             and reading.completed is not None
             and len(self._counts) > self.settle
         )
 
+    def _start_probe(self) -> None:
+        rate = sum(self._counts[1:]) / (len(self._counts) - 1)
+        self._probe = (self.limit, rate)
+        step = max(1, round(self.limit * self.probe_step))
+        if self._down:
+            self.limit = max(self.low, self.limit - step)
+        else:
+            self.limit = min(self.high, self.limit + step)
+        self._ready = 0
+
     def _judge_probe(self, reading: Reading) -> None:
-        """A probe's slots stay if the completion rate rose with them."""
+        """A probe's move stays if it paid (see the module's docstring)."""
         assert self._probe is not None
         before, rate = self._probe
-        if reading.running < self.limit or reading.completed is None:
-            self._probe = None  # the work ran short: the probe says nothing; its slots stay
+        if reading.running < min(self.limit, before) or reading.completed is None:
+            self._probe = None  # the work ran short: the probe says nothing; its move stays
             return
         if len(self._counts) < self.settle:
             return  # counting on
         now = (sum(self._counts[1:]) + reading.completed) / len(self._counts)
-        added = (self.limit - before) / before
-        if now >= rate * (1 + self.payoff * added):
-            self._probe = None
-            self._paid = True
-            self._others = max(0.0, (self._host or 0.0) - (self._own or 0.0))
-        else:
-            self._give_back()
-
-    def _give_back(self) -> None:
-        """The probe's slots did not pay: back to the limit before it, and no
-        probe for `patience` ticks."""
-        assert self._probe is not None
-        self.limit = self._probe[0]
+        moved = (self.limit - before) / before
         self._probe = None
+        if now >= rate * (1 + self.payoff * moved):
+            if self._down:
+                self._fell = True
+                self._quiet = self.cooldown + 1
+            return  # it paid: the next probe goes the same way
+        self.limit = before
+        self._down = not self._down
         self._wait = self.patience + 1
-
-    def _fall(self, host: float) -> int:
-        """The jobs over the target at their cost (one at least), but a fifth
-        of the limit at most: the excess may not be ours."""
-        most = max(1, math.ceil(self.limit / 5))
-        if not self._cost:
-            return most
-        return min(most, max(1, math.ceil((host - self.target) / self._cost)))
-
-    def _start_step(self, host: float, reading: Reading) -> int:
-        """The jobs that fit under the target at their cost (one at least),
-        but no more than the limit: it doubles at most."""
-        if not self._cost:
-            return self.limit
-        room = (self.target - max(host, reading.host)) / self._cost
-        return max(1, min(self.limit, math.floor(room)))
 
     def _average(self, old: float | None, new: float) -> float:
         return new if old is None else self.smoothing * new + (1 - self.smoothing) * old
-
-    def _may_rise(self, host: float, reading: Reading) -> bool:
-        """Work waits (every slot was used), the CPU is under the band, and
-        one job more, at its cost, keeps the latest reading under the target."""
-        if self.limit >= self.high or self._quiet or reading.running < self.limit:
-            return False
-        now = max(host, reading.host)
-        return host < self.target - self.band and now + (self._cost or 0.0) <= self.target
 
 
 class CpuProbe:

@@ -10,7 +10,9 @@ the ``django-tasks`` backport, same API), and the ``conveyor_worker`` management
         }
     }
 
-    python manage.py conveyor_worker --queue emails
+    python manage.py conveyor_worker --queue emails   # or emails,default / emails:3,default:1
+
+    TEST_RUNNER = "conveyor.integrations.django.testing.ConveyorTestRunner"  # a private Redis
 
 Details and every option: ConveyorBackend's docstring (backend.py).
 """

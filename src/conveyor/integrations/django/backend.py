@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from conveyor.client.connection import URL_VARIABLES, resolve_url
 from conveyor.client.sync import Queue
-from conveyor.errors import ConveyorError, InvalidJobIdError
+from conveyor.errors import ConveyorError
 from conveyor.integrations.django._compat import (
     BaseTaskBackend,
     Task,
@@ -150,10 +150,7 @@ class ConveyorBackend(BaseTaskBackend):
     def get_result(self, result_id: str) -> TaskResult[Any, Any]:
         """The result of the job `result_id`, looked up in each of the backend's QUEUES."""
         for name in sorted(self.queues):
-            try:
-                job = self._queue(name).get(result_id)
-            except InvalidJobIdError:
-                break
+            job = self._queue(name).get(result_id)  # None for an id no job can have, too
             if job is not None:
                 return self._result(job)
         raise TaskResultDoesNotExist(result_id)
@@ -182,7 +179,7 @@ class ConveyorBackend(BaseTaskBackend):
             args=list(data.get("args", [])),
             kwargs=dict(data.get("kwargs", {})),
             backend=self.alias,
-            errors=[task_error(job.error)] if job.error else [],
+            errors=_errors(job),
             worker_ids=[job.worker or ""] * job.attempts,
         )
         if job.state is JobState.COMPLETED:
@@ -259,10 +256,17 @@ def task_error(text: str) -> TaskError:
     return TaskError(exception_class_path=path, traceback=text)
 
 
+def _errors(job: Job) -> list[TaskError]:
+    """Every failed run's error, oldest first (Conveyor keeps the last 10)."""
+    texts = [attempt.error for attempt in job.errors]
+    if not texts and job.error:
+        texts = [job.error]
+    return [task_error(text) for text in texts]
+
+
 def _aware(when: datetime) -> datetime:
     return when if timezone.is_aware(when) else timezone.make_aware(when)
 
 
 def _error(number: int, message: str, hint: str | None) -> checks.Error:
     return checks.Error(f"Conveyor task backend: {message}", hint=hint, id=f"conveyor.E{number:03}")
-

@@ -27,11 +27,23 @@ from conveyor.worker import JobContext, current_job
 
 
 def conveyor_tasks(backend: ConveyorBackend, queue: str) -> Tasks:
-    """A Conveyor `Tasks` of `queue` whose handlers are the backend's Django tasks."""
+    """A Conveyor `Tasks` of `queue` whose handlers are the backend's Django tasks: every
+    one of them, as `task.using(queue_name=...)` may send any task to any of the QUEUES."""
     tasks = Tasks(queue, url=backend.url)
     for path, task in sorted(backend.tasks().items()):
         tasks.task(name=path)(_handler(backend, task))
     return tasks
+
+
+def tasks_line(backend: ConveyorBackend, queue: str) -> str:
+    """The start-up line's part for `queue`: the tasks whose queue it is by default, and how
+    many others it runs only when sent there with `using(queue_name=...)`."""
+    own = sorted(p for p, t in backend.tasks().items() if t.queue_name == queue)
+    others = len(backend.tasks()) - len(own)
+    line = f"tasks {own}"
+    if others:
+        line += f" (and {others} of other queues, if sent here with using(queue_name=...))"
+    return line
 
 
 def _handler(backend: ConveyorBackend, task: Task[..., Any]) -> Callable[[Any], Any]:

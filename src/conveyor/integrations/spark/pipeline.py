@@ -47,15 +47,12 @@ TASK = "pipeline.score"
 # The workers run at a lower CPU priority: Redis, one thread, is what every step waits on,
 # and on a machine whose cores the workers, Spark and Redis share, three busy processes on two
 # cores left Redis a core only two thirds of the time. Draining 1,000,000 written jobs with 2
-# workers on 2 cores: 39.0 and 42.0 s at the same priority, 34.3 and 29.5 s with the workers
-# at niceness 5 (docs/spark-rounds.md, "Round five").
+# workers on 2 cores took about a fifth less time with the workers at niceness 5.
 WORKER_NICENESS = 5
 # Slots per worker. A worker claims when half its slots are free, so the slots set how many
 # jobs one claim script and one outcome batch carry; the pipeline's handler is quick, and
-# bigger batches cost Redis fewer µs per job. The 1,000,000-row pipeline on 2 cores: the
-# drain after the write 42.0 and 55.6 s at 64, 23.9 to 25.4 s at 256 (docs/spark-rounds.md,
-# "Round seven"); the whole pipeline 65.3-65.5 s at 512 against 66.4-70.9 at 256 on a host
-# nearer the quiet one, alternating ("Round eleven").
+# bigger batches cost Redis fewer µs per job. The 1,000,000-row pipeline on 2 cores drained
+# about twice as fast at 256 as at 64, and a little faster again at 512.
 WORKER_CONCURRENCY = 512
 
 
@@ -205,7 +202,7 @@ class _Reporting:
     are read from the archive's start, its archived jobs from the archive's Parquet commit
     on, while the archive removes those jobs from Redis. Each step alone leaves a core idle
     part of the time (the removal waits on the one Redis thread, the events read on Python
-    workers); two Spark jobs from two threads fill it (docs/spark-rounds.md, "Round six")."""
+    workers); two Spark jobs from two threads fill it."""
 
     def __init__(self, spark: SparkSession, url: str, queue: str, prefix: str, out: Path):
         from .report import event_activity

@@ -9,7 +9,8 @@ Measures, per queue, task and priority:
 * retry, failure and stall rates (jobs with attempts > 1, failed jobs, jobs with stalls);
 * throughput over time (completed / failed / retried per time bucket, from events when
   there are any, else from finish times);
-* the most frequent errors (from retried/failed events, else from failed jobs).
+* the most frequent errors: a failure's from the failed jobs (the events stream is capped:
+  its oldest failures may be gone), a retry's from the retried events.
 
 Output: `<out>/report.html` (self-contained, inline SVG charts) and `<out>/summary.json`.
 """
@@ -47,7 +48,8 @@ _SCHEMAS = {
 
 @dataclass(frozen=True, slots=True)
 class Activity:
-    """What the report takes from the events: counts by type, throughput, top errors."""
+    """What the report takes from the events: counts by type, throughput, and the errors
+    (kind, error, n, example: one per event type and error)."""
 
     counts: dict[str, int]
     throughput: dict[str, Any]
@@ -94,12 +96,25 @@ def _seconds(later: str, earlier: str) -> Column:
 
 _DIMENSIONS = ("queue", "task", "priority")
 _STARTED = "started_bucket"  # the latency chart's dimension: start time // bucket size
+_FAILED = "failed_error"  # a failed job's error, masked as in _activity (None: not failed)
+
+
+def _first_line(error: Column) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.substring(F.split(error, "\n").getItem(0), 1, 200)
+
+
+def _masked(line: Column) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.regexp_replace(line, r"\d+", "#")
 
 
 def _job_stats(jobs: DataFrame, bucket_seconds: int | None) -> dict[str, Any]:
-    """Totals, per queue / task / priority stats and, given the throughput's bucket size,
-    the queue wait of the jobs started in each bucket: one pass over the jobs (grouping
-    sets), so they are read and deduplicated once."""
+    """Totals, per queue / task / priority stats, the failed jobs' errors and, given the
+    throughput's bucket size, the queue wait of the jobs started in each bucket: one pass
+    over the jobs (grouping sets), so they are read and deduplicated once."""
     from pyspark.sql import functions as F
 
     q = F.array(F.lit(0.5), F.lit(0.95), F.lit(0.99))
@@ -107,7 +122,10 @@ def _job_stats(jobs: DataFrame, bucket_seconds: int | None) -> dict[str, Any]:
     def share(condition: Column) -> Column:
         return F.sum(F.when(condition, 1).otherwise(0))
 
-    dimensions = list(_DIMENSIONS)
+    failed = F.col("state") == "failed"
+    line = F.when(failed, _first_line(F.col("error")))
+    jobs = jobs.withColumn("failed_line", line).withColumn(_FAILED, _masked(line))
+    dimensions = [*_DIMENSIONS, _FAILED]
     if bucket_seconds:
         started = F.floor(F.unix_seconds("started_at") / bucket_seconds)
         jobs = jobs.withColumn(_STARTED, started)
@@ -123,6 +141,7 @@ def _job_stats(jobs: DataFrame, bucket_seconds: int | None) -> dict[str, Any]:
             share(F.col("stalls") > 0).alias("stalled_jobs"),
             F.percentile_approx("wait", q, 1000).alias("wait"),
             F.percentile_approx("run", q, 1000).alias("run"),
+            F.min("failed_line").alias("example"),
         )
         .collect()
     )
@@ -132,6 +151,7 @@ def _job_stats(jobs: DataFrame, bucket_seconds: int | None) -> dict[str, Any]:
     alone = {everything & ~(1 << bit): d for bit, d in enumerate(reversed(dimensions))}
     stats: dict[str, Any] = {f"by_{d}": [] for d in _DIMENSIONS}
     stats["started"] = {}
+    stats["failed_errors"] = []
     for row in rows:
         if row["gid"] == everything:
             entry = _entry(row)
@@ -144,6 +164,10 @@ def _job_stats(jobs: DataFrame, bucket_seconds: int | None) -> dict[str, Any]:
         if dimension == _STARTED:
             if row[_STARTED] is not None:  # None: jobs that never started
                 stats["started"][int(row[_STARTED])] = row
+        elif dimension == _FAILED:
+            if row[_FAILED] is not None:  # None: jobs not failed (or failed with no error)
+                error = {"kind": "failed", "error": row[_FAILED], "n": row["jobs"]}
+                stats["failed_errors"].append(error | {"example": row["example"]})
         elif dimension is not None:
             stats[f"by_{dimension}"].append({dimension: _label(row[dimension]), **_entry(row)})
     for dimension in _DIMENSIONS:
@@ -199,13 +223,12 @@ def _activity(timed: DataFrame) -> tuple[dict[str, int], dict[str, Any], list[di
     and the events are read once, uncached."""
     from pyspark.sql import functions as F
 
-    line = F.substring(F.split(F.col("error"), "\n").getItem(0), 1, 200)
     rows = (
-        timed.withColumn("line", line)
+        timed.withColumn("line", _first_line(F.col("error")))
         .groupBy(
             "kind",
             F.floor(F.col("us") / 1_000_000).alias("second"),
-            F.regexp_replace("line", r"\d+", "#").alias("error"),
+            _masked(F.col("line")).alias("error"),
         )
         .agg(
             F.sum("jobs").alias("n"),
@@ -218,7 +241,7 @@ def _activity(timed: DataFrame) -> tuple[dict[str, int], dict[str, Any], list[di
     counts: dict[str, int] = {}
     for row in rows:
         counts[row["kind"]] = counts.get(row["kind"], 0) + int(row["n"])
-    return counts, _throughput(rows), _top_errors(rows)
+    return counts, _throughput(rows), _error_rows(rows)
 
 
 def _throughput(rows: Sequence[Any]) -> dict[str, Any]:
@@ -266,6 +289,19 @@ def _latency(started: dict[int, Any], throughput: dict[str, Any]) -> list[dict[s
     return out
 
 
+def _error_rows(rows: Sequence[Any]) -> list[dict[str, Any]]:
+    """One row (kind, error, n, example) per event type and error of `rows`."""
+    grouped: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in rows:
+        if row["error"] is not None:
+            key = (row["kind"], row["error"])
+            entry = grouped.setdefault(key, {"kind": key[0], "error": key[1], "n": 0,
+                                             "example": row["example"]})  # fmt: skip
+            entry["n"] += int(row["n"])
+            entry["example"] = min(entry["example"], row["example"])
+    return list(grouped.values())
+
+
 def _top_errors(rows: Sequence[Any]) -> list[dict[str, Any]]:
     """The ten most frequent errors (grouped with numbers masked), with an example."""
     grouped: dict[str, dict[str, Any]] = {}
@@ -294,7 +330,7 @@ def event_activity(
     the same session does other work: the pipeline reads the events during the archive.
     It reads a row per stream entry (`rows=entries`) and weighs it by its jobs: the same
     counts as a row per job event, from about 37,000 rows instead of 3 million in the
-    pipeline (docs/spark-rounds.md, "Round eleven")."""
+    pipeline."""
     from pyspark.sql import functions as F
 
     from . import register
@@ -312,9 +348,8 @@ def _jobs(archived: DataFrame | None, live: DataFrame | None) -> DataFrame | Non
     jobs are deduplicated, against the archive (a job archived but not yet removed is in
     both) and against themselves (a read pages by rank, so a job can be met twice when the
     index shifts under it). The archive alone is not: each job is in it once (a re-run
-    neither loses nor duplicates one, `archive.py`), and the shuffle a dedupe takes was 4.4
-    of a cold report's 9.9 s over 1,000,000 archived jobs (docs/spark-rounds.md, "Round
-    eleven")."""
+    neither loses nor duplicates one, `archive.py`), and the shuffle a dedupe takes was
+    nearly half of a cold report over 1,000,000 archived jobs."""
     if live is None:
         jobs = archived
     else:
@@ -370,11 +405,13 @@ def summarize(
     if jobs is not None:
         stats = _job_stats(jobs, throughput["bucket_seconds"])
         started = stats.pop("started")
+        # failures from the jobs, as the totals count them: the stream may have lost some
+        errors = [e for e in errors if e["kind"] != "failed"] + stats.pop("failed_errors")
         summary |= stats
     if activity is not None:
         summary["events"] = counts
     summary["throughput"] = throughput
-    summary["top_errors"] = errors
+    summary["top_errors"] = _top_errors(errors)
     if jobs is not None:
         summary["latency"] = _latency(started, throughput)
         jobs.unpersist()

@@ -72,7 +72,9 @@ class Access:
                     TOKEN_COOKIE, self.token or "", httponly=True, samesite="strict",
                     path=scope.get("root_path") or "/",
                 )  # fmt: skip
-                message["headers"] = [*message["headers"], *cookie.raw_headers]
+                # only the cookie: the blank Response's own Content-Length would conflict
+                cookies = [(k, v) for k, v in cookie.raw_headers if k == b"set-cookie"]
+                message["headers"] = [*message["headers"], *cookies]
             await send(message)
 
         await self.app(scope, receive, send_with_cookie)

@@ -8,10 +8,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import Environment, FileSystemLoader, pass_context, select_autoescape
 from starlette.applications import Starlette
+from starlette.datastructures import URL
 from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -19,10 +23,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from conveyor.client.aio import AsyncQueue
 from conveyor.client.models import QueueSettings
+from conveyor.errors import ConnectionLostError
 from conveyor.integrations.prometheus import metrics_app
-from conveyor.integrations.web import actions, pages
+from conveyor.integrations.web import actions, busy, pages
 from conveyor.integrations.web.access import Access, AuthHook
 from conveyor.integrations.web.formatting import FILTERS
+from conveyor.integrations.web.ops import LANE
 from conveyor.options import check_name
 
 HERE = Path(__file__).parent
@@ -59,19 +65,22 @@ class Queues:
         ] = weakref.WeakKeyDictionary()
 
     def get(self, name: str) -> AsyncQueue:
-        """The queue `name` (ValidationError for a name no queue can have)."""
+        """The queue `name`, or the failure lane of `<queue>:failures`
+        (ValidationError for a name no queue can have)."""
         loop = asyncio.get_running_loop()
         made = self._by_loop.setdefault(loop, {})
         if name not in made:
-            made[check_name(name, "queue name")] = AsyncQueue(
-                name, url=self.settings.url, settings=self.queue_settings
-            )
+            base = name.removesuffix(LANE)
+            made[name] = AsyncQueue(
+                check_name(base, "queue name"), url=self.settings.url,
+                settings=self.queue_settings, failures=base != name,
+            )  # fmt: skip
         return made[name]
 
     async def open(self, name: str) -> AsyncQueue:
-        """The queue `name` if the dashboard shows it (named in the settings, else
-        in the registry): a made-up name in a URL opens no connection."""
-        if name not in await self.names():
+        """The queue `name` (or its failure lane) if the dashboard shows it (named
+        in the settings, else in the registry): a made-up name opens no connection."""
+        if name.removesuffix(LANE) not in await self.names():
             raise LookupError(f"no queue named {name!r} on this server")
         return self.get(name)
 
@@ -95,8 +104,12 @@ class QueueMetrics:
         self.queues = queues
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        shown = [self.queues.get(name) for name in await self.queues.names()]
-        await metrics_app(shown)(dict(scope), receive, send)
+        try:
+            shown = [self.queues.get(name) for name in await self.queues.names()]
+            await metrics_app(shown)(dict(scope), receive, send)
+        except ConnectionLostError:  # raised before any byte of the answer was sent
+            body = b"# Redis is unreachable\n# TYPE conveyor_up gauge\nconveyor_up 0\n"
+            await PlainTextResponse(body, status_code=503)(scope, receive, send)
 
 
 def with_dashboard(app: ASGIApp, prefix: str, dashboard: ASGIApp) -> ASGIApp:
@@ -117,6 +130,25 @@ def with_dashboard(app: ASGIApp, prefix: str, dashboard: ASGIApp) -> ASGIApp:
     return route
 
 
+@pass_context
+def url_for(context: dict[str, Any], name: str, /, **path_params: Any) -> URL:
+    """A link of this site as a path: never built from the request's Host header."""
+    request: Request = context["request"]
+    return URL(request.url_for(name, **path_params).path)
+
+
+async def favicon(request: Request) -> Response:
+    return FileResponse(HERE / "static" / "favicon.svg", media_type="image/svg+xml")
+
+
+async def unreachable(request: Request, exc: Exception) -> Response:
+    """Redis did not answer: a page that says so (naming no URL: it may hold a password)."""
+    response: Response = request.app.state.templates.TemplateResponse(
+        request, "unreachable.html", {"read_only": True}, status_code=503
+    )
+    return response
+
+
 def dashboard_app(settings: DashboardSettings | None = None) -> Starlette:
     """The dashboard as an ASGI app; mount it anywhere (`Mount("/conveyor", app)`)."""
     settings = settings or DashboardSettings()
@@ -125,6 +157,7 @@ def dashboard_app(settings: DashboardSettings | None = None) -> Starlette:
         loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape()
     )
     environment.filters.update(FILTERS)
+    environment.globals["url_for"] = url_for
     templates = Jinja2Templates(env=environment)
 
     @asynccontextmanager
@@ -135,13 +168,16 @@ def dashboard_app(settings: DashboardSettings | None = None) -> Starlette:
     app = Starlette(
         routes=[
             *pages.routes(),
+            *busy.routes(),
             *actions.routes(),
             Route("/metrics", QueueMetrics(queues), name="metrics"),
+            Route("/favicon.ico", favicon, name="favicon"),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],
         middleware=[
             Middleware(Access, auth=settings.auth, token=settings.token, basic=settings.basic)
         ],
+        exception_handlers={ConnectionLostError: unreachable},
         lifespan=lifespan,
     )
     app.state.settings = settings

@@ -53,7 +53,29 @@ def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 
+def mib(value: Any) -> str:
+    """Bytes (a worker's RSS) in MiB."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "—"
+    return f"{value / 2**20:.0f} MiB"
+
+
+def brief(value: Any, most: int = 80) -> str:
+    """A job's data on one line, cut at `most` characters."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
+def last_line(value: str | None) -> str:
+    """The line of a traceback that says what failed: its last non-empty one."""
+    lines = [line for line in (value or "").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
 FILTERS: dict[str, Callable[..., str]] = {
+    "mib": mib,
+    "brief": brief,
+    "last_line": last_line,
     "when": when,
     "epoch": epoch,
     "seconds": seconds,

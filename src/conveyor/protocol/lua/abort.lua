@@ -15,11 +15,13 @@
 -- ARGV[1] id
 -- ARGV[2] events stream max length
 --
--- Returns: 'cancelled' (it had not started: removed, as cancel), 'aborting'
+-- Returns: 'cancelled' (it had not started: removed, as cancel; 'cancelled+'
+-- when, as for cancel, a flow's hand-off went to `outbox`: drain it now), 'aborting'
 -- (running: its worker was told; asked again, the same), 'finished' (completed
 -- or failed already), 'refused' (another state, e.g. a flow's parent waiting
 -- for its children: nothing changes), 'missing' (no record).
--- Effects: cancelled: as cancel (record and twin deleted, event `cancelled`);
+-- Effects: cancelled: as cancel (record and twin deleted, event `cancelled`, a
+-- flow's child settles as failed towards its parent: docs/protocol.md §14.9);
 -- aborting: HSET abort 1, ZADD wake:<worker> 0 abort=<id> (PEXPIRE 600000), event
 -- `abort_requested` (`worker`) the first time only.
 -- Complexity: O(log N).
@@ -29,6 +31,7 @@
 -- @include upsert
 -- @include place
 -- @include finish
+-- @include flow
 
 local ready, scheduled, blocked_index, events = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id, maxlen = ARGV[1], ARGV[2]
@@ -61,6 +64,7 @@ end
 if redis.call('DEL', base .. 'blocked:' .. id) == 1 then
   redis.call('ZREM', blocked_index, id)
 end
+flow_dropped(job_key, id, state, now_ms(), maxlen)  -- a flow's child: its parent is told
 drop_pending(job_key, id, ready, scheduled)
 emit(events, maxlen, 'event', 'cancelled', 'id', id)
-return 'cancelled'
+return outbox_sent and 'cancelled+' or 'cancelled'

@@ -10,9 +10,10 @@
 -- ARGV[1] id
 -- ARGV[2] events stream max length
 --
--- Returns: 1 when something was removed, 0 when the job did not exist or
--- is running or finished (then nothing changes; a running job's blocked twin
--- is still removed and counts as 1).
+-- Returns: 1 when something was removed, 2 when it was and a flow's
+-- hand-off or cancellation went to `outbox` (drain it now, §14.5), 0 when the
+-- job did not exist or is running or finished (then nothing changes; a running
+-- job's blocked twin is still removed and counts as 1).
 -- Effects: the job hash and its index entry deleted; a `cancelled` event.
 -- A flow node (docs/protocol.md §14.9): a parent's pending children are
 -- left in cancelling:<id> with an `op cancel` outbox entry, for drainers to
@@ -45,4 +46,4 @@ end
 if removed == 1 then
   emit(events, maxlen, 'event', 'cancelled', 'id', id)
 end
-return removed
+return outbox_sent and 2 or removed

@@ -23,9 +23,16 @@
 -- ARGV[4] token       random fencing token for this claim (the worker's writes must match)
 -- ARGV[5] promote     at most this many due delayed jobs (and held-back groups) promoted per call
 -- ARGV[6] events stream max length
--- ARGV[7] alone       1 (or absent) when the worker runs nothing now: only then may it take a
---                     job that stalled before (its worker died with it), and then
---                     that job alone
+-- ARGV[7] suspects    how the call treats a suspect (a job that stalled before: its
+--                     worker died with it):
+--                     1 (or absent): the worker runs nothing now: a suspect met first
+--                       is leased alone (the call stops after it);
+--                     0: the worker runs jobs: a suspect met stops the call (it, and
+--                       the ids after it, stay ready);
+--                     2: the worker runs a suspect isolated beside its other jobs and
+--                       runs none now: at most one is leased, and the call goes on;
+--                     3: the worker runs one already: suspects met are stepped over
+--                       (left ready, at most SKIP_MAX per call), and the call goes on
 -- ARGV[8] reply       1: the compact reply below; 0 or absent: the full reply (added
 --                     within version 4: a client that does not send it is unaffected)
 --
@@ -43,8 +50,8 @@
 --   or the queue is paused (resuming sets the marker). It may already be past
 --   (more due jobs than `promote` takes): a worker clamps its wait to > 0.
 --   held = 1 when a suspect
---   was met that this call could not take: a worker that runs jobs should
---   let them end, then claim again alone.
+--   was met that this call could not take: with ARGV[7] = 0 the worker should
+--   let its jobs end, then claim again alone; with 3 it need do nothing.
 -- Compact reply (ARGV[8] = 1): the same three entries, then per claimed job
 --   id, task, data, attempts, created_at, present (an integer), then the
 --   fields of this list that the record holds, in its order; bit k - 1 of
@@ -68,11 +75,15 @@
 -- another known state (a stale index entry) is dropped.
 -- A job with concurrency keys (ckeys, §16.5) that one of its keys holds back
 -- is parked on that key instead (ckeys.lua), and the claim goes on.
--- A job that has stalled before (its worker died with it) is claimed alone,
--- by a worker that runs nothing else (ARGV[7]): if it is a poison job that
--- kills workers, it takes no other job down with it. Met in any other case,
--- it and the jobs popped after it go back, and the claim stops there.
--- Complexity: O((promote + count + 32) * log N).
+-- A released suspect (`trusted`, suspect.lua) is claimed as any other job, its
+-- reply's stalls 0.
+-- A job that has stalled before (its worker died with it) is claimed where
+-- it can take no other job down with it (ARGV[7]): alone, by a worker that
+-- runs nothing else (1), or by a worker that runs it isolated, one at a time
+-- (2). Met by a worker that runs jobs (0), it and the jobs popped after it go
+-- back, and the claim stops there; met by a worker that runs one already (3),
+-- it is stepped over and stays ready, and the claim goes on.
+-- Complexity: O((promote + count + 32 + SKIP_MAX) * log N).
 
 -- @include common
 -- @include record
@@ -85,7 +96,10 @@ local meta, ready, scheduled, active = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local marker, events, failed = KEYS[6], KEYS[7], KEYS[8]
 local groups, gwait, gactive = KEYS[9], KEYS[10], KEYS[11]
 local worker, count, lease, token = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local promote_limit, maxlen, alone = tonumber(ARGV[5]), ARGV[6], ARGV[7] ~= '0'
+local promote_limit, maxlen, mode = tonumber(ARGV[5]), ARGV[6], ARGV[7]
+if mode ~= '0' and mode ~= '2' and mode ~= '3' then mode = '1' end
+local SKIP_MAX = 16  -- suspects a call in mode 3 steps over in ready order, at most
+local SKIP = 'skip'  -- take's answer for a suspect stepped over
 local compact = ARGV[8] == '1'
 local promote_text = int_text(promote_limit)
 local now = now_ms()
@@ -117,7 +131,7 @@ end
 local FIELDS = {'state', 'task', 'data', 'attempts', 'failures', 'stalls', 'max_failures',
                 'max_stalls', 'min_backoff', 'max_backoff', 'timeout', 'priority', 'created_at',
                 'schedule', 'headers', 'group', 'data2', 'data3', 'expires_at', 'ckeys',
-                'checkpoint'}
+                'checkpoint', 'trusted'}
 local RETURNED = 15  -- fields 2..15 of FIELDS, then the checkpoint and expires_at (§16)
 -- Returned fields a record leaves out when they hold their default, by
 -- position, and the text of that default (replies carry bulk strings).
@@ -136,7 +150,7 @@ for i, name in ipairs(FIELDS) do FIELD_AT[name] = i end
 local function fields_of(job_key)
   local all = redis.call('HGETALL', job_key)
   local f = {false, false, false, false, false, false, false, false, false, false, false,
-             false, false, false, false, false, false, false, false, false, false}
+             false, false, false, false, false, false, false, false, false, false, false}
   for i = 1, #all, 2 do
     local at = FIELD_AT[all[i]]
     if at then f[at] = all[i + 1] end
@@ -252,6 +266,8 @@ local stopped_early = false  -- by a suspect or the visit bound: others may clai
 -- `score` is the id's ready score when it was popped, or nil when the id is
 -- still in `from` (claim_in_order removes the ids it handled after its loop).
 local put_back = false  -- set when take stopped at a suspect it left for the next claim
+local stepped = {}  -- suspects popped and stepped over: {key, score, id, group}, put back after
+local suspects_leased = 0
 local n_out = #out
 local function take(id, score, from)
   local job_key = base .. 'job:' .. id
@@ -270,6 +286,9 @@ local function take(id, score, from)
     fail_corrupt(id, 'corrupt record: attempts or stalls is not a number')
     return true
   end
+  if f[22] and stalls > 0 then  -- released by an operator (suspect.lua): runs as any job,
+    stalls, f[6] = 0, false    -- and its reply says stalls 0 so its worker does not isolate it
+  end
   local ckeys = f[20]
   if ckeys then  -- concurrency keys (§16.5): park the job while one holds it back
     local key, until_ms = ckey_hold(ckeys, now)
@@ -279,13 +298,21 @@ local function take(id, score, from)
       return true
     end
   end
-  if stalls > 0 and (leased > 0 or not alone) then
-    if score then
-      redis.call('ZADD', from, score, id)  -- a suspect runs alone, in the next claim
+  if stalls > 0 then
+    if mode == '2' and suspects_leased == 0 then
+      suspects_leased = 1  -- isolated by its worker: the call goes on
+    elseif mode == '2' or mode == '3' then
+      out[3] = 1
+      if score then stepped[#stepped + 1] = {from, score, id, f[16]} end
+      return SKIP
+    elseif leased > 0 or mode == '0' then
+      if score then
+        redis.call('ZADD', from, score, id)  -- a suspect runs alone, in the next claim
+      end
+      put_back = true
+      out[3] = 1
+      return false
     end
-    put_back = true
-    out[3] = 1
-    return false
   end
   attempts = attempts + 1
   local attempt = int_text(attempts)
@@ -335,26 +362,50 @@ local function take(id, score, from)
     n_out = o + 17
   end
   leased = leased + 1
-  return stalls == 0
+  return stalls == 0 or mode == '2'
+end
+
+-- Suspects popped by the round robin and stepped over go back where they were.
+local function put_back_stepped()
+  for _, s in ipairs(stepped) do
+    redis.call('ZADD', s[1], s[2], s[3])
+    local group = s[4]
+    if group and group ~= '' and not redis.call('ZSCORE', gwait, group) then
+      redis.call('ZADD', groups, 'NX', redis.call('HINCRBY', meta, 'rr', 1), group)
+    end
+  end
 end
 
 -- No groups in play: take jobs in ready order, `n` at most. The ids are read,
--- handled, then removed by rank in one command (ZPOPMIN would format every
--- score as a reply); a suspect left for the next claim, and the ids after
--- it, stay where they are. Nothing else enters `ready` meanwhile.
+-- handled, then removed by rank (ZPOPMIN would format every score as a
+-- reply): one command, or one per run of ranks between suspects stepped over;
+-- a suspect left for the next claim, and the ids after it, stay where they
+-- are. Nothing else enters `ready` meanwhile.
 local function claim_in_order(n)
-  local ids = redis.call('ZRANGE', ready, '0', int_text(n - 1))
-  examined = #ids
-  local handled = #ids
+  local extra = (mode == '3' or mode == '2') and SKIP_MAX or 0
+  local ids = redis.call('ZRANGE', ready, '0', int_text(n - 1 + extra))
+  local kept = {}  -- ranks (1-based) of suspects stepped over: they stay
+  local last = 0  -- the last rank handled
   for i = 1, #ids do
-    if not take(ids[i], nil, ready) then
+    if i - #kept > n then break end
+    local went = take(ids[i], nil, ready)
+    if went == SKIP then
+      kept[#kept + 1] = i
+    elseif not went then
       stopped_early = true
-      handled = put_back and i - 1 or i
+      if not put_back then last = i end
       break
     end
+    last = i
   end
-  if handled > 0 then
-    redis.call('ZREMRANGEBYRANK', ready, '0', int_text(handled - 1))
+  examined = last - #kept
+  local hi = last  -- remove the runs between kept ranks, the highest first
+  for k = #kept, 0, -1 do
+    local lo = k > 0 and kept[k] + 1 or 1
+    if hi >= lo then
+      redis.call('ZREMRANGEBYRANK', ready, int_text(lo - 1), int_text(hi - 1))
+    end
+    if k > 0 then hi = kept[k] - 1 end
   end
 end
 
@@ -440,6 +491,7 @@ if limits[1] ~= '1' then
     else
       claim_round_robin(n)
     end
+    put_back_stepped()
     write_leases()
     if converter then redis.call('ZREM', active, converter) end
     if leased > 0 then

@@ -71,12 +71,13 @@ for i = 2, #ARGV, 3 do
     redis.call('HSET', job_key, 'state', 'completed', 'result', result, 'finished_at', now_text)
     done_ids[#done_ids + 1] = id  -- one `completed` entry after the loop
     if f[5] then notify_waiters(job_key, id, 'completed', result, f[5]) end
-    local sent = false
+    outbox_sent = false
     if f[6] or f[7] then  -- a flow's node: settle towards its parent (§14.4)
       local on_fail = f[6] and redis.call('HGET', job_key, 'on_fail')
-      sent = flow_finished(id, 'completed', result, f[6], on_fail, f[7], field(f[3], 'result_ttl'),
-                           now, maxlen) == 'sent'
+      flow_finished(id, 'completed', result, f[6], on_fail, f[7], field(f[3], 'result_ttl'), now,
+                    maxlen)
     end
+    local sent = outbox_sent
     if twins and release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index) then
       -- the twin is the record now
     elseif f[3] then

@@ -34,8 +34,7 @@ local trim_due = nil  -- nil until the jobs are written
 
 -- One job with data of at most 64 bytes: the single enqueue, written out
 -- with no table, closure or loop, and with the globals it uses held in
--- locals (each costs Redis time on every call: bench/README.md, "The enqueue
--- script" and "The single enqueue, round two"). Integers go to redis.call as
+-- locals (each costs Redis time on every call). Integers go to redis.call as
 -- text: Redis formats a Lua number with snprintf("%.17g"), a large part of
 -- this script's time (common.lua, int_text); string.format('%d') is the
 -- cheapest way to text that Lua has.

@@ -114,7 +114,7 @@ if count == 0 then return reply end
 reply[1] = count
 
 -- Pass 2: write. (Written out: a loop or a call per job costs Redis time on
--- every job: bench/README.md, "The enqueue script".)
+-- every job.)
 local last = redis.call('HINCRBY', KEYS[2], 'seq', int_text(count))
 -- The call's one `created` entry (§11); the millisecond part of its id is every job's
 -- created_at.

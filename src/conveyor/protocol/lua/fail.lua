@@ -21,7 +21,9 @@
 -- record default (3, 1000, 300000: protocol §4.1).
 --
 -- Returns, per job in order: 'retried' | 'delayed' (retry scheduled) |
--- 'failed' (no retries left, or permanent) | 'lost' (lease lost: refused).
+-- 'failed' (no retries left, or permanent) | 'failed+' (the same, and its
+-- flow hand-off went to `outbox`: drain it now, §14.5) | 'lost' (lease lost:
+-- refused).
 --
 -- Effects: failures + 1 and error, the error appended to the attempt
 -- history `errors` (history.lua); the job leaves `active`; then either
@@ -54,6 +56,7 @@ local function backoff(f, failures, jitter)
 end
 
 local function fail_for_good(job_key, id, err, ttl)
+  outbox_sent = false
   redis.call('HSET', job_key, 'state', 'failed', 'finished_at', now)
   emit(events, maxlen, 'event', 'failed', 'id', id, 'error', err)
   hand_to_failure_lane(job_key, id, err, now, maxlen)
@@ -65,7 +68,7 @@ local function fail_for_good(job_key, id, err, ttl)
   if not release_blocked(job_key, id, now, ready, scheduled, marker, blocked_index) then
     retain(job_key, id, failed, field(ttl, 'result_ttl'), now)
   end
-  return 'failed'
+  return outbox_sent and 'failed+' or 'failed'
 end
 
 local function retry(job_key, id, err, delay)
@@ -89,7 +92,7 @@ for i = 2, #ARGV, 6 do
     end_run(job_key, marker)
     local failures = field(f[7], 'failures') + 1
     redis.call('HSET', job_key, 'failures', failures, 'error', err)
-    remember_error(job_key, f[8], err, now)
+    remember_error(job_key, f[8], err, now, 'failed')
     if permanent == '1' or failures >= field(f[3], 'max_failures') then
       out[#out + 1] = fail_for_good(job_key, id, err, f[6])
     else

@@ -21,7 +21,9 @@
 --
 -- Returns, per hand-off in order: 'dup' (applied before, or the parent is
 -- gone: nothing changed) | 'recorded' | 'released' (the parent became
--- runnable) | 'failed' (the parent failed: the child failed under `fail`).
+-- runnable) | 'failed' (the parent failed: the child failed under `fail`) |
+-- 'failed+' (the same, and the parent's own hand-off went to this queue's
+-- `outbox`: drain it now, §14.5).
 --
 -- Effects: the child's reference leaves pending:<parent>; its result or
 -- error is recorded (processed / ignored / cfailed); the parent is placed
@@ -42,6 +44,8 @@ local now = now_ms()
 
 local out = {}
 for i = 2, #ARGV, 5 do
-  out[#out + 1] = settle(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], now, maxlen)
+  outbox_sent = false
+  local result = settle(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], now, maxlen)
+  out[#out + 1] = outbox_sent and result .. '+' or result
 end
 return out

@@ -17,7 +17,8 @@
 -- parent of a flow) | 'waiting' (none pending: back in ready at its place,
 -- to run again at once) | 'failed' (a child failed under `fail` while the
 -- job ran, field child_failed: the job fails for good as flow_settle fails a
--- parent) | 'lost' (not active with this token: nothing changes).
+-- parent; 'failed+' when its hand-off went to `outbox`: drain it now,
+-- §14.5) | 'lost' (not active with this token: nothing changes).
 --
 -- Effects: the run ends without an outcome: the job leaves `active`, its
 -- group's slot is freed, `attempts` - 1 (the run neither failed nor
@@ -48,7 +49,7 @@ if f[4] then  -- a child failed under `fail` while this run went on: the job fai
   local newline = string.find(f[4], '\n', 1, true) or (#f[4] + 1)
   fail_parent(job_key, id, string.sub(f[4], 1, newline - 1), string.sub(f[4], newline + 1), now,
               maxlen)
-  return 'failed'
+  return outbox_sent and 'failed+' or 'failed'
 end
 redis.call('HSET', job_key, 'attempts', math.max(0, field(f[3], 'attempts') - 1))
 local pending = redis.call('SCARD', base .. 'pending:' .. id)

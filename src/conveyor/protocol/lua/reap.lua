@@ -13,13 +13,15 @@
 -- ARGV[1] batch       at most this many expired leases handled
 -- ARGV[2] events stream max length
 --
--- Returns: {recovered, failed, next_deadline_ms | -1, more}
+-- Returns: {recovered, failed, next_deadline_ms | -1, more, sent}
 --   next_deadline_ms is the earliest lease still running, so a reaper can
 --   sleep until it. more is 1 when a bound was hit and work is left (a full
 --   batch of expired leases, or an index still holding an expired or surplus
---   entry after its sweep): the caller should reap again; else 0.
+--   entry after its sweep): the caller should reap again; else 0. sent is 1
+--   when a final stall's flow hand-off went to `outbox` (drain it now, §14.5).
 --
--- Effects: per expired lease: stalls + 1 and the stall in the attempt
+-- Effects: per expired lease: stalls + 1 (and `trusted` deleted: a suspect
+-- again, suspect.lua) and the stall in the attempt
 -- history `errors` (history.lua) (the token stays in the record, but
 -- the state is no longer active, so the old worker's writes are refused from
 -- now on); back to ready at its old place,
@@ -63,7 +65,8 @@ for _, id in ipairs(expired) do
     end_run(job_key, marker)
     local stalls = field(f[4], 'stalls') + 1
     redis.call('HSET', job_key, 'stalls', stalls)
-    remember_error(job_key, f[5], stall_error(stalls), now)  -- the attempt history
+    redis.call('HDEL', job_key, 'trusted')  -- released by an operator: a suspect again
+    remember_error(job_key, f[5], stall_error(stalls), now, 'stalled')  -- attempt history
     if stalls >= field(f[2], 'max_stalls') then
       local err = stall_error(stalls)
       redis.call('HSET', job_key, 'state', 'failed', 'finished_at', now, 'error', err)
@@ -107,4 +110,4 @@ local next_deadline = -1
 if #first > 0 then next_deadline = tonumber(first[2]) end
 local more = 0
 if #expired == batch or left(failed) or left(KEYS[9]) then more = 1 end
-return {recovered, failed_count, next_deadline, more}
+return {recovered, failed_count, next_deadline, more, outbox_sent and 1 or 0}

@@ -1,7 +1,8 @@
 -- record_metrics: add what a worker counted since its last call to the
 -- queue's metrics history (docs/protocol.md §15).
 --
--- KEYS[1] base        `<prefix>:{<queue>}:` — metrics:<hour> and timings:<hour> derive from it
+-- KEYS[1] base        `<prefix>:{<queue>}:` — metrics:<hour>, timings:<hour> and
+--                     tmax:<hour> derive from it
 -- KEYS[2] totals      hash: completed, failed, retried, stalled
 --
 -- ARGV[1] completed   runs completed
@@ -9,12 +10,14 @@
 -- ARGV[3] retried     failed runs to be retried
 -- ARGV[4] stalled     expired leases recovered or failed by the reaper
 -- ARGV[5] retention   ms the hour's keys live after this write
--- ARGV[6..] pairs of timings field (`<kind><bucket>:<task>` or `<kind>s:<task>`) and increment
+-- ARGV[6..] pairs of timings field (`<kind><bucket>:<task>` or `<kind>s:<task>`) and increment,
+--           or of `max/<kind>:<task>` and the largest duration (µs) since the last call
 --
 -- Returns: the hour written (Redis time, ms // 3600000).
 -- Effects: metrics:<hour> field <minute of the hour> ("completed failed retried")
--- increased, when any is not zero; timings:<hour> fields increased; totals
--- increased; both hour keys expire `retention` ms from now.
+-- increased, when any is not zero; timings:<hour> fields increased; tmax:<hour>
+-- field `<kind>:<task>` raised to each max given; totals increased; the hour
+-- keys written expire `retention` ms from now.
 -- Complexity: O(1 + timings pairs).
 
 -- @include common
@@ -40,10 +43,25 @@ end
 
 if #ARGV > 5 then
   local key = base .. 'timings:' .. hour
+  local maxima = base .. 'tmax:' .. hour
+  local counted, raised = false, false
   for i = 6, #ARGV, 2 do
-    redis.call('HINCRBY', key, ARGV[i], ARGV[i + 1])
+    local field = ARGV[i]
+    if string.sub(field, 1, 4) == 'max/' then
+      field = string.sub(field, 5)
+      local value = tonumber(ARGV[i + 1])
+      local stored = tonumber(redis.call('HGET', maxima, field))
+      if not stored or value > stored then
+        redis.call('HSET', maxima, field, ARGV[i + 1])
+      end
+      raised = true
+    else
+      redis.call('HINCRBY', key, field, ARGV[i + 1])
+      counted = true
+    end
   end
-  redis.call('PEXPIRE', key, retention)
+  if counted then redis.call('PEXPIRE', key, retention) end
+  if raised then redis.call('PEXPIRE', maxima, retention) end
 end
 
 for name, n in pairs({completed = completed, failed = failed, retried = retried,

@@ -11,8 +11,9 @@
 -- ARGV[1] id
 -- ARGV[2] events stream max length
 --
--- Returns: 'removed' | 'missing' | 'active' (a running job is not removed:
--- cancel its blocked twin with cancel, or let it end).
+-- Returns: 'removed' | 'removed+' (a flow's hand-off or cancellation went
+-- to `outbox`: drain it now, §14.5) | 'missing' | 'active' (a running job is
+-- not removed: cancel its blocked twin with cancel, or let it end).
 -- Effects: the record deleted with its index entries (ready or group,
 -- scheduled, completed, failed, wchildren, property indexes, a flow
 -- parent's dependency keys) and its blocked twin; a
@@ -49,4 +50,4 @@ if redis.call('DEL', base .. 'blocked:' .. id) == 1 then
 end
 delete_job(job_key, id)
 emit(events, maxlen, 'event', 'removed', 'id', id)
-return 'removed'
+return outbox_sent and 'removed+' or 'removed'

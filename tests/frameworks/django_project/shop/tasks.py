@@ -29,3 +29,8 @@ def explode():
 @task(queue_name="mail")
 def shout(text):
     return text.upper()
+
+
+@task(backend="retrying")
+def flaky(n):
+    raise DeclinedError(f"declined {n}")

@@ -1,5 +1,6 @@
-"""ConveyorBackend against PostgreSQL and a private Redis (CONVEYOR_REDIS_URL, started for
-this run alone, its pid in CONVEYOR_TEST_REDIS_PID: only that one is flushed).
+"""ConveyorBackend against PostgreSQL and a private Redis: settings name a development Redis
+(DEVELOPMENT_REDIS, not there), and Conveyor's test runner (TEST_RUNNER) points every backend at
+a redis-server of its own for the run, which setUp flushes.
 TransactionTestCase: commits are real here."""
 
 import io
@@ -10,6 +11,7 @@ from unittest import mock
 
 import redis
 from asgiref.sync import async_to_sync
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import transaction
@@ -28,18 +30,18 @@ from conveyor.integrations.django._compat import (
 )
 from conveyor.integrations.django.backend import ConveyorBackend
 from shop.models import Order
-from shop.tasks import DeclinedError, add, explode, send_receipt, shout
+from shop.tasks import DeclinedError, add, explode, flaky, send_receipt, shout
 
 SIGNALS = {"enqueued": task_enqueued, "started": task_started, "finished": task_finished}
 
 
 class ConveyorBackendTests(TransactionTestCase):
     def setUp(self):
-        with redis.Redis.from_url(os.environ["CONVEYOR_REDIS_URL"]) as client:
-            # flush only the server started for this run (its pid is in the environment)
-            pid = client.info("server")["process_id"]
-            if str(pid) != os.environ.get("CONVEYOR_TEST_REDIS_PID"):
-                self.fail(f"refusing to flush the Redis of pid {pid}: not this run's own")
+        url = task_backends["default"].url
+        # the test runner's own server: never the development Redis of settings
+        self.assertNotEqual(url, settings.DEVELOPMENT_REDIS)
+        self.assertEqual(url, os.environ["CONVEYOR_REDIS_URL"])
+        with redis.Redis.from_url(url) as client:
             client.flushall()
         self.queue = Queue("default")
         self.seen = []
@@ -55,14 +57,16 @@ class ConveyorBackendTests(TransactionTestCase):
             signal.disconnect(self.receivers[name])
         self.queue.close()
         task_backends["default"].close()
+        task_backends["retrying"].close()
 
     def waiting(self, queue=None):
         return (queue or self.queue).counts()[JobState.WAITING]
 
-    def work(self, queue="default"):
+    def work(self, queue="default", *more):
         out = io.StringIO()
         call_command(
-            "conveyor_worker", "--burst", "--concurrency", "1", "--queue", queue, stdout=out
+            "conveyor_worker", "--burst", "--concurrency", "1", "--queue", queue, *more,
+            stdout=out,
         )
         return out.getvalue()
 
@@ -122,6 +126,37 @@ class ConveyorBackendTests(TransactionTestCase):
         self.work("mail")
         self.assertEqual(shout.get_result(result.id).return_value, "HI")
         mail.close()
+
+    def test_one_worker_serves_several_queues_in_order(self):
+        mail = shout.enqueue("hi")
+        receipt = send_receipt.enqueue(1)
+        out = self.work("mail,default")
+        self.assertIn("2 completed, 0 failed", out)
+        lines = [line for line in out.splitlines() if line.startswith("conveyor worker")]
+        self.assertEqual(len(lines), 2, out)
+        self.assertIn("queue 'mail', tasks ['shop.tasks.shout'] (and 3 of other queues", lines[0])
+        self.assertIn("queue 'default', tasks ['shop.tasks.add', 'shop.tasks.explode', "
+                      "'shop.tasks.send_receipt'] (and 1 of other queues", lines[1])
+        self.assertEqual(shout.get_result(mail.id).status, TaskResultStatus.SUCCESSFUL)
+        self.assertEqual(send_receipt.get_result(receipt.id).status, TaskResultStatus.SUCCESSFUL)
+        weighted = self.work("mail:1,default:3")
+        self.assertIn("queue 'default' (weight 3)", weighted)
+        with self.assertRaisesMessage(CommandError, "['elsewhere'] not in the backend's QUEUES"):
+            self.work("default,elsewhere")
+        with self.assertRaisesMessage(CommandError, "named twice"):
+            self.work("default,default")
+
+    def test_every_failed_attempt_is_in_errors(self):
+        result = flaky.enqueue(7)
+        out = self.work("default", "--backend", "retrying")
+        self.assertIn("0 completed, 1 failed", out)
+        got = flaky.get_result(result.id)
+        self.assertEqual(got.status, TaskResultStatus.FAILED)
+        self.assertEqual(got.attempts, 3)
+        self.assertEqual(len(got.errors), 3)
+        for error in got.errors:
+            self.assertEqual(error.exception_class_path, "shop.tasks.DeclinedError")
+            self.assertIn("declined 7", error.traceback)
 
     def test_async_task_aenqueue_aget_result_and_context(self):
         result = async_to_sync(add.aenqueue)(2, b=3)

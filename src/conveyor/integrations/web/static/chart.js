@@ -9,15 +9,19 @@
     holder.dataset.drawn = "1";
     var h = JSON.parse(source.textContent);
     var opts = {
-      width: Math.max(320, holder.clientWidth - 16), height: 220,
+      width: Math.max(200, holder.clientWidth - 16), height: 220,
       tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); },
       scales: { x: { time: true }, n: {}, f: {} },
       axes: [
         { values: function (u, splits) {  // 24-hour UTC times, like every date on the page
-          return splits.map(function (t) { return new Date(t * 1e3).toISOString().slice(11, 16); });
+          var days = h.t.length > 1 && h.t[h.t.length - 1] - h.t[0] > 86400;  // the 7-day range
+          return splits.map(function (t) {
+            var iso = new Date(t * 1e3).toISOString();
+            return days ? iso.slice(5, 10) + " " + iso.slice(11, 16) : iso.slice(11, 16);
+          });
         } },
-        { scale: "n", label: "completed / min" },
-        { scale: "f", side: 1, label: "failed, retried / min", grid: { show: false } },
+        { scale: "n", label: "completed / " + (h.unit || "min") },
+        { scale: "f", side: 1, label: "failed, retried / " + (h.unit || "min"), grid: { show: false } },
       ],
       series: [
         {},

@@ -11,16 +11,21 @@
 -- TTL (simple, debounce) are deleted with the record that holds them
 -- (finish.lua's delete_job), so they last no longer than their job.
 -- Needs `common`, `record`, `upsert` and `place`; the caller passes its
--- `replace` (enqueue.lua: an upsert of a waiting or delayed job).
+-- `replace` (enqueue.lua: an upsert of a waiting or delayed job; flow_add,
+-- which never debounces, none).
 
 local DEDUP_STANDS = {
   simple = {waiting = true, delayed = true, active = true, waiting_children = true},
   debounce = {waiting = true, delayed = true},
 }
 
+-- A missing or unknown mode is simple (§16.3).
+local DEDUP_MODES = {simple = true, throttle = true, debounce = true}
+
 -- Returns nil when the job is to be created; else the outcome, the
 -- standing job's state ('' when its record is gone) and its id.
 local function deduplicate(j, replace, events, maxlen)
+  if not DEDUP_MODES[j.dedup_mode] then j.dedup_mode = 'simple' end
   local standing = redis.call('GET', base .. 'dedup:' .. j.dedup)
   if not standing then return nil end
   local job_key = base .. 'job:' .. standing
@@ -43,6 +48,7 @@ end
 
 -- The job `id` just created stands for its key from now on.
 local function stand_for(j, id)
+  if not DEDUP_MODES[j.dedup_mode] then j.dedup_mode = 'simple' end
   local key = base .. 'dedup:' .. j.dedup
   if j.dedup_mode == 'throttle' then
     redis.call('SET', key, id, 'PX', math.max(1, tonumber(j.dedup_ttl) or 1))

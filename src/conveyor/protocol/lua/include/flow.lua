@@ -11,6 +11,15 @@
 
 local FLOW_KEYS = {'children:', 'pending:', 'processed:', 'ignored:', 'cfailed:'}
 
+-- Set by every write to this queue's `outbox` in this call: the script tells
+-- its caller, who drains at once (§14.5), so no hand-off waits for a timer.
+-- A script that answers per job or per hand-off sets it back to false first.
+local outbox_sent = false
+local function to_outbox(...)
+  redis.call('XADD', base .. 'outbox', '*', ...)
+  outbox_sent = true
+end
+
 -- This script's queue name, from its base `<prefix>:{<queue>}:` (nil in a
 -- failure lane, whose jobs have no parent). Matched when a flow needs it, not
 -- in every call of every script that includes this file.
@@ -40,6 +49,18 @@ end
 
 local settle, hand_off  -- mutually recursive: a failure climbs the tree
 
+-- A failure no worker's run wrote is counted here, in the totals and the
+-- minute's counts (§15), as record_metrics counts a worker's.
+local HISTORY_RETENTION_MS = 7 * 24 * 3600000 + 3600000
+local function count_failure(now)
+  redis.call('HINCRBY', base .. 'totals', 'failed', 1)
+  local key = base .. 'metrics:' .. math.floor(now / 3600000)
+  local minute = tostring(math.floor(now / 60000) % 60)
+  local c, f, r = string.match(redis.call('HGET', key, minute) or '0 0 0', '^(%d+) (%d+) (%d+)$')
+  redis.call('HSET', key, minute, (c or 0) .. ' ' .. ((tonumber(f) or 0) + 1) .. ' ' .. (r or 0))
+  redis.call('PEXPIRE', key, HISTORY_RETENTION_MS)
+end
+
 -- The parent fails because a child failed under `fail` (§14.5): as a final
 -- fail of a run would, then it settles towards its own parent.
 local function fail_parent(job_key, id, child, err, now, maxlen)
@@ -47,6 +68,7 @@ local function fail_parent(job_key, id, child, err, now, maxlen)
   local error_text = 'ChildFailedError: child ' .. child .. ' failed: ' .. err
   redis.call('ZREM', base .. 'wchildren', id)
   redis.call('HSET', job_key, 'state', 'failed', 'finished_at', now, 'error', error_text)
+  count_failure(now)
   emit(base .. 'events', maxlen, 'event', 'failed', 'id', id, 'error', error_text)
   hand_to_failure_lane(job_key, id, error_text, now, maxlen)
   notify_waiters(job_key, id, 'failed', error_text)
@@ -103,15 +125,17 @@ hand_off = function(parent_ref, child, outcome, payload, policy, now, maxlen)
   if queue == flow_queue() then
     return settle(id, child, outcome, payload, policy, now, maxlen)
   end
-  redis.call('XADD', base .. 'outbox', '*', 'parent', parent_ref, 'child', child,
-             'outcome', outcome, 'payload', payload, 'policy', policy)
+  to_outbox('parent', parent_ref, 'child', child, 'outcome', outcome, 'payload', payload,
+            'policy', policy)
   return 'sent'
 end
 
 -- Called by every script that ends a run for good, before retention may
 -- delete the record: `parent`, `on_fail`, `children` are the record's
 -- fields (nil or false when absent), `ttl` its result_ttl. Returns
--- hand_off's result ('sent': written to the outbox), or nil without a parent.
+-- hand_off's result ('sent': written to the outbox), or nil without a parent;
+-- `outbox_sent` tells whether anything (also a failure climbing further up
+-- through a parent in this queue) went to the outbox.
 local function flow_finished(id, outcome, payload, parent, on_fail, children, ttl, now, maxlen)
   if children then
     keep_children(id, ttl)
@@ -127,7 +151,7 @@ end
 -- outbox to be cancelled in batches by a drainer (pending:<id> becomes
 -- cancelling:<id>), and a child settles as failed towards its own parent,
 -- which so never waits for it.
-local CANCELLED = 'CancelledError: the job was cancelled before it ran'
+local CANCELLED = 'JobCancelledError: the job was cancelled before it ran'
 local function flow_dropped(job_key, id, state, now, maxlen)
   if state ~= 'waiting' and state ~= 'delayed' and state ~= 'waiting_children' then
     return
@@ -138,7 +162,7 @@ local function flow_dropped(job_key, id, state, now, maxlen)
     local pending = base .. 'pending:' .. id
     if redis.call('EXISTS', pending) == 1 then
       redis.call('RENAME', pending, base .. 'cancelling:' .. id)
-      redis.call('XADD', base .. 'outbox', '*', 'op', 'cancel', 'parent', flow_queue() .. '/' .. id)
+      to_outbox('op', 'cancel', 'parent', flow_queue() .. '/' .. id)
     end
   end
   if f[1] then
