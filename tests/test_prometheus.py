@@ -237,6 +237,27 @@ def test_a_worker_exports_its_current_concurrency_limit(redis_url: str, queue_na
     assert 3 <= found <= 5  # idle: the controller holds at its minimum, 3
 
 
+def test_a_sigterm_once_the_metrics_port_is_up_stops_the_worker_cleanly(
+    redis_url: str, queue_name: str
+) -> None:
+    """A deploy may stop a worker as soon as it answers scrapes: that SIGTERM is a
+    graceful stop (exit 0 and the summary line), not death by the signal."""
+    proc = spawn_worker(
+        "observe_app:tasks", redis_url, "--metrics-port", str(free_port()),
+        env={"TEST_QUEUE": queue_name},
+    )  # fmt: skip
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line.decode())
+        if "Prometheus metrics on" in seen[-1]:
+            proc.send_signal(signal.SIGTERM)
+            break
+    output = "".join(seen) + proc.communicate(timeout=30)[0].decode()
+    assert proc.returncode == 0, output
+    assert "0 completed, 0 failed" in output
+
+
 def head(host: str, port: int) -> tuple[int, str, bytes]:
     request = urllib.request.Request(f"http://{host}:{port}/metrics", method="HEAD")
     with urllib.request.urlopen(request, timeout=5) as reply:

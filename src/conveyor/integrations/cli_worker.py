@@ -8,6 +8,7 @@ import keyword
 import logging
 import os
 import re
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -305,6 +306,10 @@ def worker(
         weights=weights,
         wait_for_redis=wait_for_redis,
     )
+    # From here until the worker's own handlers are in place (Worker.run), a SIGTERM or
+    # Ctrl-C waits, then stops the worker gracefully: a deploy may stop it as soon as
+    # its metrics port answers.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     with ExitStack() as stack:
         resolved = redis_url(url or next((t.url for t in served if t.url), None), stack)
         hooks = []

@@ -437,11 +437,15 @@ class Worker(ClaimLoop):
         return info
 
     def _install_signals(self, loop: asyncio.AbstractEventLoop) -> None:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        stops = {signal.SIGTERM, signal.SIGINT}
+        for sig in stops:
             try:
                 loop.add_signal_handler(sig, self.stop)
             except (NotImplementedError, RuntimeError):  # not the main thread
                 return
+        # The CLI blocks these while it starts (cli_worker.py): one that came
+        # meanwhile is delivered now, to the handler, as a graceful stop.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
 
     def _remove_signals(self, loop: asyncio.AbstractEventLoop) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
