@@ -1,4 +1,4 @@
-"""Execution figures (issue 17), beside the peers where the peers' venv is there:
+"""Execution figures, beside the peers where the peers' venv is there:
 
     python -m bench.execution [--reps 3] [--n 2000] [--timeouts 30] [--mix-seconds 30]
                               [--fixed 1,2,4,8,16,32,64] [--loads cpu,io,mixed]

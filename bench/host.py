@@ -14,7 +14,7 @@ from __future__ import annotations
 from statistics import median
 from typing import Any
 
-# Medians of the three ceiling reps of the full run on the quiet host (2026-11-28, eef4083)
+# Medians of the three ceiling reps of the full run in results/latest.json, on a quiet host
 QUIET_HOST = {"hset_pipelined": 1_136_364.0, "claim_100": 149_701.0}
 TOLERANCE = 0.15
 LABELS = {

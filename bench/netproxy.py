@@ -11,10 +11,9 @@ It runs asyncio's own loop on a thread of its own, in the harness's process, on 
 `select()` selector: epoll, asyncio's default on Linux, takes timeouts in whole milliseconds
 rounded up, so a chunk due 0.3 ms after another waited a whole millisecond more. A sleep
 also ends later than asked (the timer's wake-up and the loop's turn: 0.12-0.16 ms here), so
-each sleep is cut by that overshoot, measured when the proxy starts. Until 2026-11-25 the
-proxy had neither: each hop cost 1.15-1.2 ms instead of 1 ms, and a PING's round trip 2.36 ms
-on a quiet machine; with both, 2.15-2.2 ms (direct: about 0.1 ms). uvloop's timers gave
-6.4 ms round trips. The harness records the round trip it measured through the proxy in the
+each sleep is cut by that overshoot, measured when the proxy starts. Without either, each
+hop cost 1.15-1.2 ms instead of 1 ms; with both, a PING's round trip is 2.15-2.2 ms (direct:
+about 0.1 ms). uvloop's timers gave 6.4 ms round trips. The harness records the round trip it measured through the proxy in the
 report's meta. The harness's own measurements (INFO, the marks) go to Redis directly.
 """
 

@@ -43,7 +43,7 @@ MODULES = (
     "flow_endings",
     "soak",
     "execution",
-    "round2",
+    "mixed_faults",
     "memory",
     "semantics",
     "sentinel",

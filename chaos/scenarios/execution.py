@@ -1,4 +1,4 @@
-"""Scenarios 30-33: execution (issue 17). Children killed mid-job, a child past its memory
+"""Scenarios 30-33: execution. Children killed mid-job, a child past its memory
 limit, a handler blocking the event loop, aborts racing completions. Every one: 0 lost, no run
 counted twice, nothing recorded finished while its code still ran."""
 

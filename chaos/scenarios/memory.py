@@ -1,4 +1,4 @@
-"""Scenario 22, from the second reliability round (issue 15): a job that eats memory until a
+"""Scenario 22: a job that eats memory until a
 user-space OOM killer SIGKILLs its worker, alone and while its producer re-enqueues its id."""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ Measures, on one Redis (a private one when no --url is given):
   finished, a read of the jobs joined to the rows).
 
 Prints one JSON object: rows, seconds and rows/s per measure (and for the enqueues, on the
-private server, its CPU time per row), and the targets met (issue 22):
+private server, its CPU time per row), and the targets met:
 the writer at least 0.8x `enqueue_many`, reading at least 150,000 rows/s, `apply` within 1.3x
 of the manual way. The 1,000,000-row pipeline's own target (under 60 s on `local[2]`) is
 `make demo DEMO_ARGS=--big`'s figure, or `python -m conveyor.integrations.spark.pipeline

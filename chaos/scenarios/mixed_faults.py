@@ -1,5 +1,4 @@
-"""Scenarios 19-21 and 23, from the second reliability round (issue 15): a worker partitioned
-past its lease while another works, a producer SIGKILLed inside enqueue_many, Redis
+"""Scenarios 19-21 and 23: a worker partitioned past its lease while another works, a producer SIGKILLed inside enqueue_many, Redis
 restarted again and again under load, and 100 producer processes upserting the same 10 ids
 while a worker is killed. (Scenario 22, the memory hog, is in `memory.py`.)"""
 
