@@ -1,4 +1,5 @@
-"""Scenario 22: a job that eats memory until a user-space OOM killer SIGKILLs its worker, alone and while its producer re-enqueues its id."""
+"""Scenario 22: a job that eats memory until a user-space OOM killer SIGKILLs its worker,
+alone and while its producer re-enqueues its id."""
 
 from __future__ import annotations
 
