@@ -1,4 +1,4 @@
-"""Scenarios 19-23 (issue 15): a worker partitioned past its lease, a producer killed inside
+"""Scenarios 19-23: a worker partitioned past its lease, a producer killed inside
 enqueue_many, Redis restarted again and again, a memory hog under an OOM killer, and an
 upsert storm of 100 producer processes."""
 
