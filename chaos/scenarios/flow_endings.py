@@ -165,7 +165,7 @@ def flow_endings(
     all_ended = wait_until(ended, timeout=lease * 3 + 90)
     settled = wait_until(none_waiting, timeout=lease * 3 + 60)
     # a middle node whose root another middle node failed still runs when its leaves end:
-    # those re-run after the kills (as suspects, one at a time) may end after every root
+    # those re-run after the kills (as suspects, a few at a time) may end after every root
     wait_until(
         lambda: not any(admins[q].zcard(keys[q].waiting_children) for q in admins),
         timeout=lease * 3 + 60,

@@ -1,4 +1,4 @@
-"""Scenario 35: a suspect costs one slot, not a worker. Two workers serve three queues; one
+"""Scenario 36: a suspect costs one slot, not a worker. Two workers serve three queues; one
 is SIGKILLed while it runs two long jobs, and the fleet restarts it. While the two suspects
 re-run (each in a child process of its own), the queues keep the throughput they had before
 the kill, nothing is lost, and each suspect runs and ends once."""

@@ -140,8 +140,8 @@ def sigkill_loop(
         f"{drain_s:.2f} s; {len(left)} jobs left at the last kill ({backlog_s:.1f} s)",
     )
     # The reaper's promise (R4), read from Redis: an orphan's lease ends at most `lease` after
-    # the kill and a sweep finds it within `sweep`. Its re-run then starts later, since a
-    # suspect runs alone in a child process one after another (recovery_* in the metrics).
+    # the kill and a sweep finds it within `sweep`. Its re-run may start later: a worker runs
+    # a few suspects at once, each in a child process it starts (recovery_* in the metrics).
     r4 = lease + sweep + 1.0
     r.check(
         f"every orphan found stalled within lease + sweep + 1 s = {r4:.1f} s of its kill (R4)",

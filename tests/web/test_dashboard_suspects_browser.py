@@ -32,11 +32,11 @@ def test_suspects_shown_released_and_failed_from_the_dashboard(
 ) -> None:  # fmt: skip
     tasks = Tasks(queue_name, url=redis_url)
     tasks.handlers.update(process_app.tasks.handlers)
-    # in ready order: the worker runs the first, isolated, and steps over the others (one at a time)
+    # in ready order: a worker of one suspect at a time runs the first and steps over the others
     _suspect(sync_queue, "runs-isolated", 120.0)
     _suspect(sync_queue, "to-release", 0.01)
     _suspect(sync_queue, "to-fail", 0.01)
-    worker = worker_runner.start(tasks, concurrency=4, lease=1.5)  # a roll call every 0.5 s
+    worker = worker_runner.start(tasks, concurrency=4, lease=1.5, suspects=1)  # roll call: 0.5 s
     wait_until(lambda: [w for w in sync_queue.workers() if w.info.get("suspects")], timeout=30)
     served = serve(DashboardSettings(url=redis_url, queues=(queue_name,)))
     base = served.url + f"/queues/{queue_name}"

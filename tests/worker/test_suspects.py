@@ -1,5 +1,6 @@
 """Suspects (jobs whose last worker died with them) on a real worker: each runs in a child
-process of its own, one at a time, while the worker's other slots keep running jobs."""
+process of its own, up to `suspects` at once, while the worker's other slots keep running
+jobs."""
 
 from __future__ import annotations
 
@@ -53,13 +54,31 @@ def test_a_suspect_runs_in_a_child_while_other_jobs_run_beside_it(
     assert suspect in starts[0].getMessage()
 
 
-def test_suspects_run_one_at_a_time_each_soon_after_the_one_before(
+def test_a_killed_worker_s_jobs_re_run_at_once_each_in_a_child_of_its_own(
+    tasks: Tasks, sync_queue: Queue, redis_client: redis.Redis, worker_runner: WorkerRunner
+) -> None:
+    """The jobs a dead worker held come back together: a crash costs one slot per job,
+    not a queue of re-runs one after another."""
+    run_s = 2.0
+    suspects = [_suspect(sync_queue, redis_client, run_s) for _ in range(4)]
+    began = time.monotonic()
+    worker_runner.start(tasks, concurrency=8)  # suspects=4, the default
+    results = [sync_queue.wait_result(i, timeout=60) for i in suspects]
+    took = time.monotonic() - began
+    assert len({r["pid"] for r in results}) == 4  # a child each
+    assert os.getpid() not in {r["pid"] for r in results}
+    latest_start = max(r["started"] for r in results)
+    assert all(latest_start < r["ended"] for r in results)  # all four ran at the same time
+    assert took < 3 * run_s, took  # one after another: 4 x run_s at least
+
+
+def test_suspects_beyond_the_limit_wait_each_soon_after_the_one_before(
     tasks: Tasks, sync_queue: Queue, redis_client: redis.Redis, worker_runner: WorkerRunner
 ) -> None:
     run_s = 0.3
     suspects = [_suspect(sync_queue, redis_client, run_s) for _ in range(5)]
     began = time.monotonic()
-    worker_runner.start(tasks, concurrency=8)
+    worker_runner.start(tasks, concurrency=8, suspects=1)
     results = [sync_queue.wait_result(i, timeout=60) for i in suspects]
     runs = sorted((r["started"], r["ended"]) for r in results)
     took = time.monotonic() - began

@@ -182,6 +182,14 @@ def execution_options(command: Callable[..., Any]) -> Callable[..., Any]:
             type=click.IntRange(min=1),
             help="MiB: recycle a child after a job took its peak RSS past it.",
         ),
+        click.option(
+            "--suspects",
+            type=click.IntRange(min=1),
+            default=4,
+            show_default=True,
+            help="Suspects (jobs whose worker died with them) run at once, each in a child "
+            "process of its own.",
+        ),
     ]
     for option in reversed(options):
         command = option(command)

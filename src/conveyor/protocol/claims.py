@@ -80,8 +80,8 @@ def claim(
 ) -> Call:
     """`alone`: the worker runs nothing now, so it may take a suspect, alone
     (claim.lua). `isolates`: the worker runs a suspect isolated beside its
-    other jobs; `alone` then says it runs no suspect now, so the call may
-    lease one and goes on, else it steps over the suspects it meets.
+    other jobs; `alone` then says it has room for one more suspect, so the
+    call may lease one and goes on, else it steps over the suspects it meets.
     `compact`: ask for the compact reply; False sends the ARGV of a client
     that predates it and gets the full reply (decode either with the same
     `compact` given to decode_claim)."""

@@ -177,7 +177,7 @@ class ClaimLoop:
                 continue
             if self._back_to_top(reply, count):
                 continue
-            if reply.held and not self._runs_suspect:
+            if reply.held and self._takes_suspect:
                 # it stepped over suspects for one of ours that has ended since it
                 # was sent (a claim riding behind a wait or an outcome): take one now
                 continue
@@ -324,15 +324,21 @@ class ClaimLoop:
             token=os.urandom(8).hex(),
             promote=self.settings.promote_batch,
             events_maxlen=core.settings.events_maxlen,
-            alone=not self._runs_suspect,
+            alone=self._takes_suspect,
             isolates=True,
         )
 
     @property
-    def _runs_suspect(self) -> bool:
-        """A suspect is held here (suspects.py): claims step over the others,
-        so that a worker runs one at a time."""
-        return any(lane.jobs.suspects.ids for lane in self._lanes)
+    def _takes_suspect(self) -> bool:
+        """Whether a claim may lease a suspect (suspects.py): fewer than
+        `suspects` held here, none of them running in the worker itself; else
+        claims step over them."""
+        held = 0
+        for lane in self._lanes:
+            if lane.jobs.suspects.unisolated:
+                return False
+            held += len(lane.jobs.suspects.ids)
+        return held < self.settings.suspects
 
     async def _claim(self, count: int, lane: Lane | None = None) -> ops.ClaimReply:
         lane = lane or self._lanes[0]

@@ -67,6 +67,7 @@ class JobPool:
         freed: asyncio.Event,
         hooks: Hooks | None = None,
         processes: PoolSettings | None = None,
+        suspects: int = 1,
         capacity: Callable[[], int] | None = None,
         on_handed_off: Callable[[], None] | None = None,
         on_suspect_done: Callable[[], None] | None = None,
@@ -123,7 +124,7 @@ class JobPool:
             if needs_processes(handlers, processes)
             else None
         )
-        self.suspects = SuspectLane(processes, self._progress, on_suspect_done)
+        self.suspects = SuspectLane(processes, suspects, self._progress, on_suspect_done)
 
         self._batches = Batches(self._executor, self._settle, hooks)
 
@@ -259,7 +260,7 @@ class JobPool:
 
     async def _flow_parent(self, job_id: str) -> bool:
         """A suspect with children reads them through its worker: it runs in
-        the worker (still the only suspect there), not in a child process."""
+        the worker (the only suspect it then takes), not in a child process."""
         (fields,) = await self._queue.job_fields([job_id], "children")
         if int(fields.get("children") or 0) == 0:
             return False
@@ -290,7 +291,8 @@ class JobPool:
                     job_var.set(None)
                     await self._apply_policy(running)
                 if running.isolated and await self._flow_parent(ctx.id):
-                    running.isolated = False  # a child process has no flow access (child.py)
+                    suspects.in_worker(ctx.id)  # a child process has no flow access (child.py)
+                    running.isolated = False
                 if not ctx.lost:  # its lease may have gone while it waited
                     procs: Processes | None = suspects if running.isolated else processes
                     if hooks.on_run:  # the hooks of a run, around execute() (not a coroutine more)

@@ -51,6 +51,9 @@ class PoolSettings:
     max_tasks_per_child: int | None = None
     max_memory_per_child: int | None = None  # bytes of peak RSS
     runs_sync: bool = False  # sync handlers without an executor of their own run here
+    # a busy child takes one more job to wait in its pipe; not for suspects, which must not
+    # die with another's child
+    send_ahead: bool = True
 
 
 def needs_processes(handlers: dict[str, Task[Any, Any]], settings: PoolSettings) -> bool:
@@ -113,7 +116,10 @@ class Child:
         takes one to wait in its pipe, once it has passed any taken back
         (the child knows one withdrawn order at a time)."""
         line = len(self.line)
-        return not line or (line < DEPTH and self.state[PASSED] >= self._withdrawn)
+        if not line:
+            return True
+        ahead = self._pool.settings.send_ahead
+        return ahead and line < DEPTH and self.state[PASSED] >= self._withdrawn
 
     def send(self, ticket: Ticket) -> None:
         """Send one job: it begins when the ones before it in the line are done."""

@@ -73,6 +73,9 @@ class WorkerSettings:
     processes: int | None = None  # children; default: the CPU count
     max_tasks_per_child: int | None = None  # recycle a child after this many jobs
     max_memory_per_child: int | None = None  # bytes: recycle after a job took its RSS past it
+    # suspects (jobs whose last run ended without an outcome) run at once, each in a child
+    # process of its own (worker/suspects.py): a crash costs a slot each, not a backlog
+    suspects: int = 4
 
     # --concurrency auto (worker/tuning.py): the limit follows throughput, from
     # min_concurrency up to max_concurrency (default: the larger of
@@ -97,7 +100,9 @@ class WorkerSettings:
             raise ConfigurationError("need 1 <= min_concurrency <= max_concurrency")
         if self.executor not in ("thread", "process"):
             raise ConfigurationError("executor must be 'thread' or 'process'")
-        for name in ("processes", "max_tasks_per_child", "max_memory_per_child", "gc_threshold"):
+        for name in (
+            "processes", "max_tasks_per_child", "max_memory_per_child", "gc_threshold", "suspects"
+        ):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigurationError(f"{name} must be at least 1")
@@ -272,6 +277,7 @@ class Worker(ClaimLoop):
             freed=self._slot_freed,
             hooks=hooks,
             processes=self._pool_settings(),
+            suspects=self.settings.suspects,
             capacity=self._capacity if len(self.queues) == 1 else self._capacity_beside(queue.name),
             on_handed_off=None if courier is None else courier.nudge,
             on_suspect_done=self._suspect_done,

@@ -1,12 +1,16 @@
-"""Suspects (protocol §6.2): jobs whose last worker died with them. One runs at
-a time on a worker, in a child process of its own, whatever its task's
-executor, so that if it kills its process again it takes no other job down; the
-worker's other slots keep serving every queue meanwhile.
+"""Suspects (protocol §6.2): jobs whose last run ended without an outcome (its
+worker died, or stopped past its lease). Each runs in a child process of its
+own, whatever its task's executor, so that if it kills its process again it
+takes no other job down; a worker runs up to `suspects` of them at once (each
+costs one slot) and its other slots keep serving every queue meanwhile. A
+suspect that cannot run in a child (a batch task, a task not defined in a
+module-level Tasks, a flow parent) runs in the worker, and the worker then
+takes no other suspect until it ends.
 
-The child has the worker's child limits: the job's timeout stops it,
-`max_memory_per_child` and `max_tasks_per_child` recycle it; it is started at
-the first suspect and kept for the next (a suspect that kills it gets a new
-one). A child that dies running a suspect writes no outcome: its lease
+The children have the worker's child limits: the job's timeout stops it,
+`max_memory_per_child` and `max_tasks_per_child` recycle it; they are started at
+the first suspect and kept for the next (a suspect that kills its child gets a
+new one). No job waits in a busy child's pipe: one job per child. A child that dies running a suspect writes no outcome: its lease
 lapses and the reaper counts the stall, as for the worker it killed before, so
 `max_stalls` still bounds the runs of a job that kills whatever runs it.
 """
@@ -34,15 +38,18 @@ class SuspectLane:
     def __init__(
         self,
         settings: PoolSettings,
+        most: int,
         on_progress: Callable[[JobContext, float], None],
         on_done: Callable[[], None] | None = None,
     ) -> None:
         self.ids: set[str] = set()  # suspects held: claimed, running or awaiting their outcome
+        self.unisolated: set[str] = set()  # those of ids that run in the worker itself
         self._on_done = on_done  # one is let go: the worker may take another
         self._settings = PoolSettings(
-            size=1,
+            size=most,
             max_tasks_per_child=settings.max_tasks_per_child,
             max_memory_per_child=settings.max_memory_per_child,
+            send_ahead=False,
         )
         self._progress = on_progress
         self._children: ProcessPool | None = None
@@ -58,11 +65,13 @@ class SuspectLane:
         if self._can_isolate(handler):
             running.isolated = True
             log.warning(
-                "job %s (task %s, attempt %d) is a suspect: its worker died with it "
-                "(stalls=%d); running it alone in a child process",
+                "job %s (task %s, attempt %d) is a suspect: its last run ended without an "
+                "outcome (its worker died or stopped past its lease; stalls=%d); running it in "
+                "a child process of its own",
                 ctx.id, ctx.task, ctx.attempt, stalls,
             )  # fmt: skip
         else:
+            self.unisolated.add(ctx.id)
             log.warning(
                 "job %s (task %s, attempt %d) is a suspect (stalls=%d) but cannot run in a "
                 "child process (%s): running it in the worker, the only suspect here",
@@ -71,9 +80,14 @@ class SuspectLane:
                 else "its task is not defined in a module-level Tasks",
             )  # fmt: skip
 
+    def in_worker(self, job_id: str) -> None:
+        """This suspect runs in the worker after all (a flow parent)."""
+        self.unisolated.add(job_id)
+
     def let_go(self, job_id: str) -> None:
         if job_id in self.ids:
             self.ids.discard(job_id)
+            self.unisolated.discard(job_id)
             if self._on_done is not None:
                 self._on_done()
 

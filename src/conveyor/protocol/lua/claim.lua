@@ -29,9 +29,9 @@
 --                       is leased alone (the call stops after it);
 --                     0: the worker runs jobs: a suspect met stops the call (it, and
 --                       the ids after it, stay ready);
---                     2: the worker runs a suspect isolated beside its other jobs and
---                       runs none now: at most one is leased, and the call goes on;
---                     3: the worker runs one already: suspects met are stepped over
+--                     2: the worker runs each suspect isolated beside its other jobs and
+--                       has room for one more: at most one is leased, and the call goes on;
+--                     3: it has no room for another: suspects met are stepped over
 --                       (left ready, at most SKIP_MAX per call), and the call goes on
 -- ARGV[8] reply       1: the compact reply below; 0 or absent: the full reply (added
 --                     within version 4: a client that does not send it is unaffected)
@@ -79,9 +79,9 @@
 -- reply's stalls 0.
 -- A job that has stalled before (its worker died with it) is claimed where
 -- it can take no other job down with it (ARGV[7]): alone, by a worker that
--- runs nothing else (1), or by a worker that runs it isolated, one at a time
+-- runs nothing else (1), or by a worker that runs it isolated, one per call
 -- (2). Met by a worker that runs jobs (0), it and the jobs popped after it go
--- back, and the claim stops there; met by a worker that runs one already (3),
+-- back, and the claim stops there; met by a worker with no room for one (3),
 -- it is stepped over and stays ready, and the claim goes on.
 -- Complexity: O((promote + count + 32 + SKIP_MAX) * log N).
 
