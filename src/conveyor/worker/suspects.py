@@ -10,9 +10,10 @@ takes no other suspect until it ends.
 The children have the worker's child limits: the job's timeout stops it,
 `max_memory_per_child` and `max_tasks_per_child` recycle it; they are started at
 the first suspect and kept for the next (a suspect that kills its child gets a
-new one). No job waits in a busy child's pipe: one job per child. A child that dies running a suspect writes no outcome: its lease
-lapses and the reaper counts the stall, as for the worker it killed before, so
-`max_stalls` still bounds the runs of a job that kills whatever runs it.
+new one). No job waits in a busy child's pipe: one job per child. A child that
+dies running a suspect writes no outcome: its lease lapses and the reaper counts
+the stall, as for the worker it killed before, so `max_stalls` still bounds the
+runs of a job that kills whatever runs it.
 """
 
 from __future__ import annotations
