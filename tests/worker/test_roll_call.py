@@ -62,3 +62,24 @@ def test_an_idle_worker_writes_nothing_between_beats(
     time.sleep(2.5)  # refreshes would come every second if anything moved
     assert _info(sync_queue)["processed"] == 0
     assert sync_queue.client.pttl(key) < ttl  # KEEPTTL or nothing written: never renewed
+
+
+def test_an_idle_worker_of_three_queues_reports_little_cpu(
+    redis_url: str, queue_name: str, worker_runner: WorkerRunner
+) -> None:
+    """Every queue's heartbeat reads the process's CPU; three reading at once must not
+    each measure the few milliseconds since the one before (that read as ~100 %)."""
+    names = [f"{queue_name}-{n}" for n in ("a", "b", "c")]
+    served = [Tasks(name, url=redis_url) for name in names]
+    for tasks in served:
+        tasks.task(name="noop")(lambda data: None)
+    worker_runner.start(served, concurrency=3, heartbeat_interval=0.2)
+    readings = []
+    with Queue(names[-1], url=redis_url) as queue:
+        wait_until(lambda: queue.workers(), timeout=20)
+        time.sleep(1.0)  # past the readings that include the worker's start
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:  # an idle worker, read about 30 times
+            readings.append(float(_info(queue)["cpu"]))  # type: ignore[arg-type]
+            time.sleep(0.1)
+    assert max(readings) < 50, readings

@@ -10,19 +10,29 @@ import threading
 import time
 
 
+# The shortest window CPU is measured over: the heartbeats of several queues read it
+# within milliseconds of each other, and a window that short measures the beat itself.
+WINDOW = 1.0
+
+
 class Usage:
-    """CPU as a share of one core since the previous reading (each heartbeat's)."""
+    """CPU as a share of one core since the previous reading at least WINDOW s
+    before; a reading sooner than that repeats the last figure."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # the heartbeats of several queues may read at once
         self._last = (time.monotonic(), time.process_time())
+        self._percent = 0.0
 
     def cpu_percent(self) -> float:
         now = (time.monotonic(), time.process_time())
         with self._lock:
-            (wall, cpu), self._last = self._last, now
-        elapsed = now[0] - wall
-        return round(100 * (now[1] - cpu) / elapsed, 1) if elapsed > 0 else 0.0
+            wall, cpu = self._last
+            elapsed = now[0] - wall
+            if elapsed >= WINDOW:
+                self._last = now
+                self._percent = round(100 * (now[1] - cpu) / elapsed, 1)
+            return self._percent
 
 
 def rss_bytes() -> int:
