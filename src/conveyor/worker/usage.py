@@ -9,7 +9,6 @@ import sys
 import threading
 import time
 
-
 # The shortest window CPU is measured over: the heartbeats of several queues read it
 # within milliseconds of each other, and a window that short measures the beat itself.
 WINDOW = 1.0
