@@ -142,3 +142,26 @@ def test_a_stall_is_counted_by_the_worker_whose_reaper_found_it(
                 proc.wait(10)
                 assert proc.stdout is not None
                 proc.stdout.close()
+
+
+def test_counts_are_written_with_the_outcomes_so_a_sigkill_loses_none(
+    redis_url: str, queue_name: str, sync_queue: Any
+) -> None:
+    """The outcome counts are the ending scripts' own: a worker killed right after its jobs
+    ended, long before its next heartbeat (20 s), leaves every one of them counted."""
+    worker = spawn_worker(
+        "observe_app:tasks", redis_url, "--lease", "60", env={"TEST_QUEUE": queue_name}
+    )
+    try:
+        done = [sync_queue.enqueue("chatty", n) for n in range(20)]
+        broken = [sync_queue.enqueue("broken", n) for n in range(5)]
+        for job in done:
+            sync_queue.wait_result(job.id, timeout=30)
+        wait_until(lambda: all(sync_queue.get(j.id).state.value == "failed" for j in broken))
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait(10)
+        assert worker.stdout is not None
+        worker.stdout.close()
+    assert sync_queue.totals() == {"completed": 20, "failed": 5, "retried": 0, "stalled": 0}
+    assert _sum(sync_queue.metrics_history(minutes=5)) == (20, 5, 0)

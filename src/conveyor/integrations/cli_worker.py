@@ -277,7 +277,7 @@ def execution_settings(concurrency: int | str, options: dict[str, Any]) -> dict[
     "--metrics-history/--no-metrics-history",
     default=True,
     show_default=True,
-    help="Keep the queue's metrics history in Redis.",
+    help="Send run and wait times to the queue's metrics history (outcome counts are always kept).",
 )
 @execution_options
 def worker(

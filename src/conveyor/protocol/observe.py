@@ -17,13 +17,15 @@ JOB_LOG_TTL_MS = 7 * 24 * 3_600_000  # while the job lives on (its end sets the 
 def record_metrics(
     keys: QueueKeys,
     *,
-    completed: int,
-    failed: int,
-    retried: int,
-    stalled: int,
     timings: Mapping[str, int],
     retention_ms: int,
+    completed: int = 0,
+    failed: int = 0,
+    retried: int = 0,
+    stalled: int = 0,
 ) -> Call:
+    """The timings a worker measured (§15). The outcome counts are the ending
+    scripts' own; these arguments add to them, for outcomes no script counted."""
     args: list[Arg] = [completed, failed, retried, stalled, retention_ms]
     for name, increment in timings.items():
         args.extend((name, increment))

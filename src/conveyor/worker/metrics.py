@@ -1,13 +1,14 @@
 """The worker's side of the metrics history (conveyor.metrics): a hook that
-counts in memory what this worker's jobs did, and a flush on each heartbeat
-that adds what grew since the last flush to Redis in one script call, so the
-history costs no round trip per job.
+counts in memory how long this worker's jobs ran and waited, and a flush on
+each heartbeat that adds what grew since the last flush to Redis in one
+script call, so the history costs no round trip per job. The outcome counts
+(completed, failed, retried, stalled) are not here: the scripts that end the
+runs write them (protocol §15), so a worker that dies loses none.
 
-No lock per job: the counters only grow, and each has one writer (the job
-hooks on the event loop; the reaper's report on the heartbeat thread). A
-flush reads them, sends the difference from what it sent last, and
-remembers what it sent only once Redis took it: a flush that fails leaves
-its counts to the next one.
+No lock per job: the counters only grow, and have one writer (the job hooks
+on the event loop). A flush reads them, sends the difference from what it
+sent last, and remembers what it sent only once Redis took it: a flush that
+fails leaves its counts to the next one.
 """
 
 from __future__ import annotations
@@ -34,16 +35,12 @@ class MetricsRecorder(Hook):
         self.core = core
         self._flushing = threading.Lock()  # the last flush at shutdown may meet a beat's
         # written on the event loop
-        self._outcomes = [0, 0, 0]  # completed, failed, retried
         self._timings: Timings = {}
         # task -> the largest run and wait time (µs) since the last flush, which sends them
         self._largest: dict[str, list[int]] = {}
-        # written on the heartbeat thread
-        self._reaped = [0, 0]  # recovered, failed
-        # what the flushes sent
-        self._sent: tuple[list[int], list[int], Timings] = ([0, 0, 0], [0, 0], {})
+        self._sent: Timings = {}  # what the flushes sent
 
-    # --- hooks (event loop, but on_stalled) --------------------------------------------
+    # --- hooks (event loop) ------------------------------------------------------------
 
     def after_success(self, job: RunningJob, *, duration: float) -> None:
         # the wait is counted with the run's end: one hook call less per job
@@ -74,51 +71,28 @@ class MetricsRecorder(Hook):
         self._timings[task] = counts
         return counts
 
-    def on_completed(self, job: RunningJob) -> None:
-        self._outcomes[0] += 1
-
-    def on_final_failure(self, job: RunningJob, *, error: str) -> None:
-        self._outcomes[1] += 1
-
-    def on_retry(self, job: RunningJob, *, error: str) -> None:
-        self._outcomes[2] += 1
-
-    def on_stalled(self, *, recovered: int, failed: int, queue: str) -> None:  # heartbeat thread
-        self._reaped[0] += recovered
-        self._reaped[1] += failed
-
     # --- the flush (heartbeat thread; once more at shutdown) -----------------------------
 
     def flush(self, runner: SyncRunner) -> None:
         """Add what was counted since the last flush to Redis."""
         with self._flushing:
-            outcomes, reaped = list(self._outcomes), list(self._reaped)
             # list() of a dict's items runs in C without releasing the GIL: safe
             # while the event loop adds a task
             timings = {task: list(counts) for task, counts in list(self._timings.items())}
             # a run ending during the swap may miss this window's maximum: the count is exact
             largest, self._largest = self._largest, {}
-            sent_outcomes, sent_reaped, sent_timings = self._sent
-            done, failed, retried = (a - b for a, b in zip(outcomes, sent_outcomes, strict=True))
-            recovered, stalled_out = (a - b for a, b in zip(reaped, sent_reaped, strict=True))
-            fields = _fields(timings, sent_timings) | _maxima(largest)
-            if not (done or failed or retried or recovered or stalled_out or fields):
+            fields = _fields(timings, self._sent) | _maxima(largest)
+            if not fields:
                 return
             call = observe.record_metrics(
-                self.core.keys,
-                completed=done,
-                failed=failed + stalled_out,
-                retried=retried + recovered,
-                stalled=recovered + stalled_out,
-                timings=fields,
-                retention_ms=metrics.RETENTION_MS,
+                self.core.keys, timings=fields, retention_ms=metrics.RETENTION_MS
             )
             try:
                 runner.run(call)
             except BaseException:
                 self._keep_largest(largest)  # for the next flush
                 raise
-            self._sent = (outcomes, reaped, timings)
+            self._sent = timings
 
     def _keep_largest(self, largest: dict[str, list[int]]) -> None:
         for task, (run_us, wait_us) in largest.items():

@@ -64,7 +64,7 @@ class WorkerSettings:
     heartbeat_interval: float | None = None  # default: lease / 3
     grace: float = 30.0  # SIGTERM: how long running jobs may finish
     burst: bool = False  # drain the queue, then exit
-    metrics: bool = True  # keep the queue's metrics history (conveyor.metrics)
+    metrics: bool = True  # send run and wait times to the metrics history (conveyor.metrics)
     idle_wait: float = 5.0  # longest single block on Redis when idle; burst's horizon
     promote_batch: int = 1000
     # process execution (README, "Execution"): where sync handlers without an

@@ -31,6 +31,7 @@
 -- @include upsert
 -- @include place
 -- @include finish
+-- @include counts
 -- @include flow
 
 local ready, scheduled, blocked_index, events = KEYS[2], KEYS[3], KEYS[4], KEYS[5]

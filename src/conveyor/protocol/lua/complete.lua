@@ -22,7 +22,8 @@
 -- a blocked twin becomes runnable; one `completed` event for the call's jobs
 -- (§11); up to 2 expired
 -- completed records swept per job; a flow child's hand-off to its parent
--- (applied here when the parent is in this queue, else written to `outbox`).
+-- (applied here when the parent is in this queue, else written to `outbox`);
+-- the completions added to `totals` and the minute's counts (counts.lua).
 -- Complexity: O(batch * log N).
 
 -- @include common
@@ -31,6 +32,7 @@
 -- @include place
 -- @include unpark
 -- @include finish
+-- @include counts
 -- @include flow
 
 local active, completed, ready, scheduled = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -95,6 +97,7 @@ write_kept()  -- before the sweep: a count-capped index counts them
 if #done_ids > 0 then
   add_for_jobs(events, 'completed', done_ids)  -- the call's one `completed` entry (§11)
   trim(events, maxlen)
+  count_outcomes(now, #done_ids, 0, 0, 0)
 end
 sweep(completed, now, 2 * #out)
 return out

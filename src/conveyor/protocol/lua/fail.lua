@@ -32,7 +32,8 @@
 -- result_ttl ms in `failed`, waiters told, a blocked twin released (a
 -- `failed` event; a job in the failure lane when the task has a failure
 -- handler — see finish.lua; a flow child's hand-off to its parent — see
--- flow.lua). Up to 2 expired failed records swept per job.
+-- flow.lua). Up to 2 expired failed records swept per job. The runs failed
+-- for good and retried added to `totals` and the minute's counts (counts.lua).
 -- Complexity: O(batch * log N).
 
 -- @include common
@@ -41,6 +42,7 @@
 -- @include place
 -- @include unpark
 -- @include finish
+-- @include counts
 -- @include flow
 -- @include history
 
@@ -79,6 +81,7 @@ local function retry(job_key, id, err, delay)
 end
 
 local out = {}
+local failed_n, retried_n = 0, 0
 for i = 2, #ARGV, 6 do
   local id, token, err = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local permanent, override, jitter = ARGV[i + 3], ARGV[i + 4], tonumber(ARGV[i + 5])
@@ -95,11 +98,14 @@ for i = 2, #ARGV, 6 do
     remember_error(job_key, f[8], err, now, 'failed')
     if permanent == '1' or failures >= field(f[3], 'max_failures') then
       out[#out + 1] = fail_for_good(job_key, id, err, f[6])
+      failed_n = failed_n + 1
     else
       local delay = override ~= '' and tonumber(override) or backoff(f, failures, jitter)
       out[#out + 1] = retry(job_key, id, err, delay)
+      retried_n = retried_n + 1
     end
   end
 end
+count_outcomes(now, 0, failed_n, retried_n, 0)
 sweep(failed, now, 2 * #out)
 return out

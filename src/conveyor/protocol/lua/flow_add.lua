@@ -51,6 +51,7 @@
 -- @include upsert
 -- @include place
 -- @include finish
+-- @include counts
 -- @include flow
 -- @include create
 -- @include dedup

@@ -37,6 +37,7 @@
 -- @include upsert
 -- @include place
 -- @include finish
+-- @include counts
 -- @include flow
 
 local maxlen = ARGV[1]

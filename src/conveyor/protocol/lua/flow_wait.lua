@@ -32,6 +32,7 @@
 -- @include upsert
 -- @include place
 -- @include finish
+-- @include counts
 -- @include flow
 
 local active, ready, scheduled, marker = KEYS[2], KEYS[3], KEYS[4], KEYS[5]

@@ -31,7 +31,9 @@
 -- keeping the ended run's attempts and stalls, so it runs alone as a suspect,
 -- a failure-lane job when the task has a failure handler, a flow child's
 -- hand-off to its parent (flow.lua);
--- up to 2 expired failed records swept per job failed); then
+-- up to 2 expired failed records swept per job failed); the stalls added to
+-- `totals` (`stalled`, and `retried` or `failed`) and the minute's counts
+-- (counts.lua); then
 -- expired (or, with meta keep_*, surplus) completed and failed records swept,
 -- up to 10 x `batch` each.
 -- Complexity: O(batch * log N).
@@ -42,6 +44,7 @@
 -- @include place
 -- @include unpark
 -- @include finish
+-- @include counts
 -- @include flow
 -- @include history
 
@@ -91,6 +94,7 @@ for _, id in ipairs(expired) do
     end
   end
 end
+count_outcomes(now, 0, failed_count, recovered, recovered + failed_count)
 -- Finished records expire even when no run ends to sweep them: every reap
 -- (each worker's beat) also sweeps a bounded batch of both indexes.
 sweep(failed, now, 2 * failed_count + 10 * batch)

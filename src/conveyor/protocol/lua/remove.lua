@@ -26,6 +26,7 @@
 -- @include upsert
 -- @include place
 -- @include finish
+-- @include counts
 -- @include flow
 
 local ready, scheduled, completed, failed = KEYS[2], KEYS[3], KEYS[4], KEYS[5]

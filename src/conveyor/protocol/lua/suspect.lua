@@ -32,6 +32,7 @@
 -- @include place
 -- @include unpark
 -- @include finish
+-- @include counts
 -- @include flow
 
 local ready, scheduled, failed, events, marker = KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]

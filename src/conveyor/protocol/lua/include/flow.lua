@@ -1,6 +1,6 @@
 -- Flows (docs/protocol.md §14): a parent waits in `waiting_children` until
 -- each child has settled, then runs. Needs `common`, `record`, `upsert`,
--- `place` and `finish` first.
+-- `place`, `finish` and `counts` first.
 --
 -- A node is named across queues by its reference `<queue>/<id>`. A parent's
 -- keys, all under the parent's `base`: children:<id> (zset, every child, in
@@ -49,18 +49,6 @@ end
 
 local settle, hand_off  -- mutually recursive: a failure climbs the tree
 
--- A failure no worker's run wrote is counted here, in the totals and the
--- minute's counts (§15), as record_metrics counts a worker's.
-local HISTORY_RETENTION_MS = 7 * 24 * 3600000 + 3600000
-local function count_failure(now)
-  redis.call('HINCRBY', base .. 'totals', 'failed', 1)
-  local key = base .. 'metrics:' .. math.floor(now / 3600000)
-  local minute = tostring(math.floor(now / 60000) % 60)
-  local c, f, r = string.match(redis.call('HGET', key, minute) or '0 0 0', '^(%d+) (%d+) (%d+)$')
-  redis.call('HSET', key, minute, (c or 0) .. ' ' .. ((tonumber(f) or 0) + 1) .. ' ' .. (r or 0))
-  redis.call('PEXPIRE', key, HISTORY_RETENTION_MS)
-end
-
 -- The parent fails because a child failed under `fail` (§14.5): as a final
 -- fail of a run would, then it settles towards its own parent.
 local function fail_parent(job_key, id, child, err, now, maxlen)
@@ -68,7 +56,7 @@ local function fail_parent(job_key, id, child, err, now, maxlen)
   local error_text = 'ChildFailedError: child ' .. child .. ' failed: ' .. err
   redis.call('ZREM', base .. 'wchildren', id)
   redis.call('HSET', job_key, 'state', 'failed', 'finished_at', now, 'error', error_text)
-  count_failure(now)
+  count_outcomes(now, 0, 1, 0, 0)
   emit(base .. 'events', maxlen, 'event', 'failed', 'id', id, 'error', error_text)
   hand_to_failure_lane(job_key, id, error_text, now, maxlen)
   notify_waiters(job_key, id, 'failed', error_text)
