@@ -258,15 +258,6 @@ class JobPool:
         else:
             self._inbox.put(running)
 
-    async def _flow_parent(self, job_id: str) -> bool:
-        """A suspect with children reads them through its worker: it runs in
-        the worker (the only suspect it then takes), not in a child process."""
-        (fields,) = await self._queue.job_fields([job_id], "children")
-        if int(fields.get("children") or 0) == 0:
-            return False
-        log.warning("job %s: a suspect flow parent runs in the worker, not a child", job_id)
-        return True
-
     async def _run_jobs(self) -> None:
         """One runner: take jobs from the inbox and run them, one at a time."""
         inbox, waiting = self._inbox, self._inbox.jobs
@@ -290,9 +281,8 @@ class JobPool:
                 if ctx.id in policy_calls:
                     job_var.set(None)
                     await self._apply_policy(running)
-                if running.isolated and await self._flow_parent(ctx.id):
-                    suspects.in_worker(ctx.id)  # a child process has no flow access (child.py)
-                    running.isolated = False
+                if running.isolated and await suspects.is_flow_parent(self._queue, ctx.id):
+                    running.isolated = False  # a child process has no flow access (child.py)
                 if not ctx.lost:  # its lease may have gone while it waited
                     procs: Processes | None = suspects if running.isolated else processes
                     if hooks.on_run:  # the hooks of a run, around execute() (not a coroutine more)

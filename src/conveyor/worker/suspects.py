@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from conveyor.client.aio import AsyncQueue
 from conveyor.client.tasks import Task, Tasks
 from conveyor.worker.context import JobContext
 from conveyor.worker.execution import Outcome, Running
@@ -81,9 +82,15 @@ class SuspectLane:
                 else "its task is not defined in a module-level Tasks",
             )  # fmt: skip
 
-    def in_worker(self, job_id: str) -> None:
-        """This suspect runs in the worker after all (a flow parent)."""
+    async def is_flow_parent(self, queue: AsyncQueue, job_id: str) -> bool:
+        """A suspect with children reads them through its worker: it runs in
+        the worker (the only suspect it then takes), not in a child process."""
+        (fields,) = await queue.job_fields([job_id], "children")
+        if int(fields.get("children") or 0) == 0:
+            return False
+        log.warning("job %s: a suspect flow parent runs in the worker, not a child", job_id)
         self.unisolated.add(job_id)
+        return True
 
     def let_go(self, job_id: str) -> None:
         if job_id in self.ids:
